@@ -1,0 +1,79 @@
+#ifndef BITPARITY_CORE_COMMUNICATOR_H_
+#define BITPARITY_CORE_COMMUNICATOR_H_
+
+// The collectives the engines need, over a c10d process group (Gloo over loopback on CPU).
+// Every operation is deterministic: all-to-all moves bytes without arithmetic, and sums over
+// ranks are done by gathering and adding in rank order, identical on every rank.
+
+#include <ATen/ATen.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/rank_context.h"
+
+namespace c10d {
+class ProcessGroup;
+class Work;
+}  // namespace c10d
+
+namespace bitparity {
+
+// An all-to-all that has been started; Wait() returns the received rows.
+class PendingAllToAll {
+ public:
+  PendingAllToAll() = default;
+  at::Tensor Wait();
+  bool valid() const { return output_.defined(); }
+
+ private:
+  friend class Communicator;
+  at::Tensor output_;
+  c10::intrusive_ptr<c10d::Work> work_;
+  bool waited_ = false;
+};
+
+class Communicator {
+ public:
+  // Joins the process group of `context`. A single rank needs no network at all. Throws
+  // InfrastructureError when the rendezvous fails within `timeout`.
+  static std::shared_ptr<Communicator> Connect(const RankContext& context,
+                                               std::chrono::milliseconds timeout);
+  // A communicator for a world of one rank (used by single-process tests).
+  static std::shared_ptr<Communicator> Local();
+
+  ~Communicator();
+
+  int64_t rank() const { return rank_; }
+  int64_t world_size() const { return world_size_; }
+
+  // Starts an all-to-all along dim 0: rows [sum(send[0..j)), +send[j]) of `input` go to rank j;
+  // the output holds recv[j] rows from each rank j, in rank order. bf16 travels as fp16 bits and
+  // bool as bytes (Gloo supports neither), bit-exactly.
+  PendingAllToAll StartAllToAll(const at::Tensor& input, const std::vector<int64_t>& send_splits,
+                                const std::vector<int64_t>& recv_splits);
+  at::Tensor AllToAll(const at::Tensor& input, const std::vector<int64_t>& send_splits,
+                      const std::vector<int64_t>& recv_splits);
+
+  // Every rank's `tensor` (same shape and dtype on all ranks), in rank order.
+  std::vector<at::Tensor> AllGather(const at::Tensor& tensor);
+
+  // The sum over ranks, accumulated as ((t0 + t1) + t2) + ... in the tensor's dtype; bitwise
+  // identical on every rank and from run to run.
+  at::Tensor AllReduceSumOrdered(const at::Tensor& tensor);
+
+  void Barrier();
+
+ private:
+  Communicator() = default;
+  int64_t rank_ = 0;
+  int64_t world_size_ = 1;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+};
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_CORE_COMMUNICATOR_H_

@@ -1,0 +1,60 @@
+#include "core/memory.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <atomic>
+#include <cstddef>
+
+namespace bitparity {
+namespace {
+
+std::atomic<int64_t> g_current{0};
+std::atomic<int64_t> g_peak{0};
+std::atomic<bool> g_installed{false};
+
+// Keeps data == context (some kernels call raw_allocate, which requires it), so the allocation
+// size lives in a 64-byte header in front of the data, which keeps 64-byte alignment.
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  static constexpr size_t kHeader = 64;
+
+  static void Delete(void* data) {
+    if (!data) return;
+    char* base = static_cast<char*>(data) - kHeader;
+    g_current.fetch_sub(static_cast<int64_t>(*reinterpret_cast<size_t*>(base)));
+    c10::free_cpu(base);
+  }
+
+  c10::DataPtr allocate(size_t bytes) const override {
+    char* base = static_cast<char*>(c10::alloc_cpu(bytes + kHeader));
+    *reinterpret_cast<size_t*>(base) = bytes;
+    void* data = base + kHeader;
+    int64_t now = g_current.fetch_add(static_cast<int64_t>(bytes)) + static_cast<int64_t>(bytes);
+    int64_t peak = g_peak.load();
+    while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+    }
+    return {data, data, &Delete, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &Delete; }
+};
+
+CountingCpuAllocator g_allocator;
+
+}  // namespace
+
+void MemoryTracker::Install() {
+  bool expected = false;
+  if (g_installed.compare_exchange_strong(expected, true)) {
+    c10::SetCPUAllocator(&g_allocator, /*priority=*/100);
+  }
+}
+
+bool MemoryTracker::installed() { return g_installed.load(); }
+int64_t MemoryTracker::current_bytes() { return g_current.load(); }
+int64_t MemoryTracker::peak_bytes() { return g_peak.load(); }
+void MemoryTracker::ResetPeak() { g_peak.store(g_current.load()); }
+
+}  // namespace bitparity

@@ -1,0 +1,87 @@
+#include "core/provenance.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace bitparity {
+namespace {
+
+// The shared library that provides sgemm_ (the BLAS LibTorch's fp32 GEMMs go through).
+std::string BlasLibrary() {
+  void* symbol = dlsym(RTLD_DEFAULT, "sgemm_");
+  if (!symbol) return "none";
+  Dl_info info;
+  if (dladdr(symbol, &info) == 0 || !info.dli_fname) return "unknown";
+  std::error_code ec;
+  std::filesystem::path resolved = std::filesystem::canonical(info.dli_fname, ec);
+  return ec ? std::string(info.dli_fname) : resolved.string();
+}
+
+std::string CpuInfoField(const std::string& field) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string value = line.substr(colon + 1);
+        size_t start = value.find_first_not_of(' ');
+        return start == std::string::npos ? "" : value.substr(start);
+      }
+    }
+  }
+  return "";
+}
+
+// The CPU features that select different kernels (and therefore different bits).
+std::string CpuFlags() {
+  static const std::set<std::string> kRelevant = {
+      "sse4_2",      "avx",         "avx2",     "fma",      "avx512f",    "avx512bw",
+      "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "avx512_fp16"};
+  std::istringstream flags(CpuInfoField("flags"));
+  std::string flag, out;
+  std::set<std::string> present;
+  while (flags >> flag) {
+    if (kRelevant.count(flag)) present.insert(flag);
+  }
+  for (const std::string& f : present) out += (out.empty() ? "" : " ") + f;
+  return out;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+}  // namespace
+
+std::map<std::string, std::string> CollectProvenance() {
+  std::map<std::string, std::string> p;
+  p["git_revision"] = kGitRevision;
+  p["libtorch_version"] = TORCH_VERSION;
+  p["blas"] = BlasLibrary();
+  p["blas_threads_env"] = "OPENBLAS_NUM_THREADS=" + Env("OPENBLAS_NUM_THREADS") +
+                          " OMP_NUM_THREADS=" + Env("OMP_NUM_THREADS") +
+                          " MKL_NUM_THREADS=" + Env("MKL_NUM_THREADS");
+  p["onednn"] = at::hasMKLDNN() ? "yes" : "no";
+  p["intra_op_threads"] = std::to_string(at::get_num_threads());
+  p["compiler"] = std::string("gcc ") + __VERSION__;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  p["host"] = host;
+  p["cpu_model"] = CpuInfoField("model name");
+  p["cpu_flags"] = CpuFlags();
+  p["device"] = "cpu";
+  return p;
+}
+
+}  // namespace bitparity

@@ -1,0 +1,20 @@
+#ifndef BITPARITY_CORE_PROVENANCE_H_
+#define BITPARITY_CORE_PROVENANCE_H_
+
+// Where a trace came from: the source revision and everything about the environment that can
+// change floating-point bits (LibTorch version, BLAS library and its threads, intra-op threads,
+// compiler, CPU features). Recorded as trace attributes "provenance.<key>".
+
+#include <map>
+#include <string>
+
+namespace bitparity {
+
+extern const char kGitRevision[];
+
+// Provenance of this process, keys without the "provenance." prefix.
+std::map<std::string, std::string> CollectProvenance();
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_CORE_PROVENANCE_H_

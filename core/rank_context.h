@@ -1,0 +1,47 @@
+#ifndef BITPARITY_CORE_RANK_CONTEXT_H_
+#define BITPARITY_CORE_RANK_CONTEXT_H_
+
+// Who this process is in the job: read from the torchrun-style environment (RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or from Slurm (SLURM_PROCID, SLURM_NTASKS,
+// SLURM_LOCALID), so the same binary runs under the local launcher, torchrun or srun.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace bitparity {
+
+struct RankContext {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  int64_t local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string source = "default";  // "torchrun", "slurm" or "default" (a single rank)
+};
+
+// Parses `env` (normally the process environment). Throws InputError for malformed or
+// inconsistent values, naming the variable.
+RankContext RankContextFromEnvironment(const std::map<std::string, std::string>& env);
+RankContext RankContextFromEnvironment();
+
+// How the ranks of the world map onto parallel groups. World = EP for now; pipeline parallelism
+// would add a dimension here and nowhere else.
+struct ParallelLayout {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  int64_t ep_size = 1;
+  int64_t ep_rank = 0;
+  int64_t dp_size = 1;  // data-parallel size of the non-expert parameters
+  int64_t dp_rank = 0;
+  int64_t experts = 1;
+  int64_t experts_per_rank = 1;
+
+  static ParallelLayout Make(int64_t rank, int64_t world_size, int64_t ep_size, int64_t experts);
+  int64_t first_local_expert() const { return ep_rank * experts_per_rank; }
+  int64_t ExpertOwner(int64_t expert) const { return expert / experts_per_rank; }
+};
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_CORE_RANK_CONTEXT_H_

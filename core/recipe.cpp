@@ -1,0 +1,578 @@
+#include "core/recipe.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "core/errors.h"
+
+namespace bitparity {
+
+const char* ToString(EngineKind engine) {
+  return engine == EngineKind::kReference ? "reference" : "overlap";
+}
+const char* ToString(Dispatcher dispatcher) {
+  return dispatcher == Dispatcher::kAllToAll ? "alltoall" : "flex";
+}
+const char* ToString(PrecisionRecipe recipe) {
+  switch (recipe) {
+    case PrecisionRecipe::kFp32:
+      return "fp32";
+    case PrecisionRecipe::kBf16:
+      return "bf16";
+    case PrecisionRecipe::kBlockwise:
+      return "blockwise";
+    case PrecisionRecipe::kMxfp8:
+      return "mxfp8";
+  }
+  return "?";
+}
+const char* ToString(Fp8Scaling scaling) {
+  return scaling == Fp8Scaling::kCurrent ? "current" : "delayed";
+}
+const char* ToString(RecomputeGranularity granularity) {
+  return granularity == RecomputeGranularity::kNone ? "none" : "full";
+}
+const char* ToString(RecomputeMethod method) {
+  return method == RecomputeMethod::kUniform ? "uniform" : "block";
+}
+const char* ToString(RecomputeUnit unit) {
+  return unit == RecomputeUnit::kSegment ? "segment" : "chunk";
+}
+const char* ToString(LrSchedule schedule) {
+  return schedule == LrSchedule::kConstant ? "constant" : "cosine";
+}
+
+const ArmConfig& Recipe::arm(const std::string& arm_name) const {
+  for (const ArmConfig& a : arms) {
+    if (a.name == arm_name) return a;
+  }
+  std::ostringstream known;
+  for (size_t i = 0; i < arms.size(); ++i) known << (i ? ", " : "") << arms[i].name;
+  throw InputError(path + ": no arm named '" + arm_name + "' (the recipe has: " + known.str() +
+                   ")");
+}
+
+std::vector<std::string> Recipe::arm_names() const {
+  std::vector<std::string> names;
+  for (const ArmConfig& a : arms) names.push_back(a.name);
+  return names;
+}
+
+namespace {
+
+// Collects every problem found in one recipe so that the user sees them all at once.
+class Diagnostics {
+ public:
+  explicit Diagnostics(std::string path) : path_(std::move(path)) {}
+
+  void Add(const std::string& where, const std::string& message) {
+    messages_.push_back(path_ + ": " + (where.empty() ? "" : where + " ") + message);
+  }
+  bool empty() const { return messages_.empty(); }
+  void ThrowIfAny() const {
+    if (messages_.empty()) return;
+    std::ostringstream out;
+    for (size_t i = 0; i < messages_.size(); ++i) out << (i ? "\n" : "") << messages_[i];
+    throw InputError(out.str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::vector<std::string> messages_;
+};
+
+std::string LineSuffix(const toml::node& node) {
+  const auto& source = node.source();
+  if (source.begin.line == 0) return "";
+  return " (line " + std::to_string(source.begin.line) + ")";
+}
+
+std::string Describe(const toml::node& node) {
+  std::ostringstream out;
+  switch (node.type()) {
+    case toml::node_type::string:
+      out << "string \"" << node.as_string()->get() << "\"";
+      break;
+    case toml::node_type::integer:
+      out << "integer " << node.as_integer()->get();
+      break;
+    case toml::node_type::floating_point:
+      out << "float " << node.as_floating_point()->get();
+      break;
+    case toml::node_type::boolean:
+      out << "boolean " << (node.as_boolean()->get() ? "true" : "false");
+      break;
+    case toml::node_type::array:
+      out << "an array";
+      break;
+    case toml::node_type::table:
+      out << "a table";
+      break;
+    default:
+      out << "a date/time";
+      break;
+  }
+  return out.str();
+}
+
+// Reads typed keys from one TOML table, remembering which keys were consumed so that unknown
+// keys (typos) are reported instead of silently ignored.
+class TableReader {
+ public:
+  TableReader(const toml::table* table, std::string where, Diagnostics* diag)
+      : table_(table), where_(std::move(where)), diag_(diag) {}
+
+  bool Has(const std::string& key) const { return table_ && table_->contains(key); }
+
+  int64_t Int(const std::string& key, int64_t fallback, int64_t min, int64_t max) {
+    const toml::node* node = Take(key);
+    if (!node) return fallback;
+    if (!node->is_integer()) {
+      Error(key, "must be an integer, got " + Describe(*node) + LineSuffix(*node));
+      return fallback;
+    }
+    int64_t value = node->as_integer()->get();
+    if (value < min || value > max) {
+      Error(key,
+            "must be " + Range(min, max) + ", got " + std::to_string(value) + LineSuffix(*node));
+      return fallback;
+    }
+    return value;
+  }
+
+  double Float(const std::string& key, double fallback, double min, double max,
+               bool min_exclusive = false) {
+    const toml::node* node = Take(key);
+    if (!node) return fallback;
+    double value;
+    if (node->is_floating_point()) {
+      value = node->as_floating_point()->get();
+    } else if (node->is_integer()) {
+      value = static_cast<double>(node->as_integer()->get());
+    } else {
+      Error(key, "must be a number, got " + Describe(*node) + LineSuffix(*node));
+      return fallback;
+    }
+    bool below = min_exclusive ? !(value > min) : !(value >= min);
+    if (!std::isfinite(value) || below || value > max) {
+      std::ostringstream msg;
+      msg << "must be a finite number " << (min_exclusive ? "> " : ">= ") << min;
+      if (max < std::numeric_limits<double>::max()) msg << " and <= " << max;
+      msg << ", got " << value << LineSuffix(*node);
+      Error(key, msg.str());
+      return fallback;
+    }
+    return value;
+  }
+
+  std::string String(const std::string& key, const std::string& fallback) {
+    const toml::node* node = Take(key);
+    if (!node) return fallback;
+    if (!node->is_string()) {
+      Error(key, "must be a string, got " + Describe(*node) + LineSuffix(*node));
+      return fallback;
+    }
+    return node->as_string()->get();
+  }
+
+  // A string restricted to `choices`; returns the index of the choice, or `fallback`.
+  template <typename E>
+  E Enum(const std::string& key, E fallback, const std::vector<std::pair<std::string, E>>& choices,
+         bool* was_set = nullptr) {
+    const toml::node* node = Take(key);
+    if (!node) return fallback;
+    std::string names;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      names += (i ? ", " : "") + std::string("\"") + choices[i].first + "\"";
+    }
+    if (!node->is_string()) {
+      Error(key, "must be one of " + names + ", got " + Describe(*node) + LineSuffix(*node));
+      return fallback;
+    }
+    const std::string& value = node->as_string()->get();
+    for (const auto& [name, e] : choices) {
+      if (name == value) {
+        if (was_set) *was_set = true;
+        return e;
+      }
+    }
+    Error(key, "must be one of " + names + ", got \"" + value + "\"" + LineSuffix(*node));
+    return fallback;
+  }
+
+  std::vector<int64_t> IntList(const std::string& key, int64_t min, int64_t max) {
+    std::vector<int64_t> out;
+    const toml::node* node = Take(key);
+    if (!node) return out;
+    const toml::array* array = node->as_array();
+    if (!array) {
+      Error(key, "must be an array of integers, got " + Describe(*node) + LineSuffix(*node));
+      return out;
+    }
+    for (const toml::node& element : *array) {
+      if (!element.is_integer()) {
+        Error(key, "must contain only integers, found " + Describe(element) + LineSuffix(element));
+        continue;
+      }
+      int64_t value = element.as_integer()->get();
+      if (value < min || value > max) {
+        Error(key, "entries must be " + Range(min, max) + ", got " + std::to_string(value) +
+                       LineSuffix(element));
+        continue;
+      }
+      out.push_back(value);
+    }
+    return out;
+  }
+
+  // A sub-table; an error if the key exists with another type.
+  const toml::table* SubTable(const std::string& key) {
+    const toml::node* node = Take(key);
+    if (!node) return nullptr;
+    if (!node->is_table()) {
+      Error(key, "must be a table, got " + Describe(*node) + LineSuffix(*node));
+      return nullptr;
+    }
+    return node->as_table();
+  }
+
+  // Reports every key of the table that no reader asked for.
+  void RejectUnknown(const std::string& allowed_hint) {
+    if (!table_) return;
+    for (const auto& [key, node] : *table_) {
+      std::string name(key.str());
+      if (consumed_.count(name)) continue;
+      diag_->Add(where_, "has unknown key '" + name + "'" + LineSuffix(node) +
+                             (allowed_hint.empty() ? "" : "; known keys: " + allowed_hint));
+    }
+  }
+
+  void Error(const std::string& key, const std::string& message) {
+    diag_->Add(where_, key + " " + message);
+  }
+  const std::string& where() const { return where_; }
+
+ private:
+  const toml::node* Take(const std::string& key) {
+    consumed_.insert(key);
+    if (!table_) return nullptr;
+    return table_->get(key);
+  }
+
+  static std::string Range(int64_t min, int64_t max) {
+    if (max == std::numeric_limits<int64_t>::max()) return "an integer >= " + std::to_string(min);
+    return "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  }
+
+  const toml::table* table_;
+  std::string where_;
+  Diagnostics* diag_;
+  std::set<std::string> consumed_;
+};
+
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+constexpr double kMaxDouble = std::numeric_limits<double>::max();
+
+const std::vector<std::pair<std::string, Dispatcher>> kDispatchers = {
+    {"alltoall", Dispatcher::kAllToAll}, {"flex", Dispatcher::kFlex}};
+const std::vector<std::pair<std::string, EngineKind>> kEngines = {
+    {"reference", EngineKind::kReference}};
+
+void ReadPrecision(TableReader& r, PrecisionConfig* precision) {
+  precision->recipe =
+      r.Enum<PrecisionRecipe>("recipe", precision->recipe,
+                              {{"fp32", PrecisionRecipe::kFp32}, {"bf16", PrecisionRecipe::kBf16}});
+  precision->fp8_scaling =
+      r.Enum<Fp8Scaling>("fp8_scaling", precision->fp8_scaling,
+                         {{"current", Fp8Scaling::kCurrent}, {"delayed", Fp8Scaling::kDelayed}});
+  r.RejectUnknown("recipe, fp8_scaling");
+}
+
+void ReadRecompute(TableReader& r, RecomputeConfig* recompute) {
+  recompute->granularity = r.Enum<RecomputeGranularity>(
+      "granularity", recompute->granularity,
+      {{"none", RecomputeGranularity::kNone}, {"full", RecomputeGranularity::kFull}});
+  recompute->method = r.Enum<RecomputeMethod>(
+      "method", recompute->method,
+      {{"uniform", RecomputeMethod::kUniform}, {"block", RecomputeMethod::kBlock}},
+      &recompute->method_set);
+  recompute->num_layers = r.Int("num_layers", recompute->num_layers, 1, 1 << 20);
+  r.RejectUnknown("granularity, method, num_layers");
+}
+
+void ReadModel(TableReader& r, ModelConfig* m) {
+  m->hidden = r.Int("hidden", m->hidden, 2, 1 << 16);
+  m->heads = r.Int("heads", m->heads, 1, 1 << 10);
+  m->layers = r.Int("layers", m->layers, 1, 1024);
+  m->first_k_dense = r.Int("first_k_dense", m->first_k_dense, 0, 1024);
+  m->experts = r.Int("experts", m->experts, 1, 4096);
+  m->topk = r.Int("topk", m->topk, 1, 4096);
+  m->moe_ffn = r.Int("moe_ffn", m->moe_ffn, 1, 1 << 18);
+  m->ffn = r.Int("ffn", m->ffn, 1, 1 << 18);
+  m->vocab = r.Int("vocab", m->vocab, 2, 1 << 22);
+  m->seq_len = r.Int("seq_len", m->seq_len, 2, 1 << 20);
+  m->mtp_layers = r.Int("mtp_layers", m->mtp_layers, 0, 16);
+  m->mtp_loss_scale = r.Float("mtp_loss_scale", m->mtp_loss_scale, 0.0, kMaxDouble);
+  m->aux_loss_coeff = r.Float("aux_loss_coeff", m->aux_loss_coeff, 0.0, kMaxDouble);
+  m->norm_eps = r.Float("norm_eps", m->norm_eps, 0.0, 1.0, /*min_exclusive=*/true);
+  m->rope_theta = r.Float("rope_theta", m->rope_theta, 1.0, kMaxDouble);
+  m->init_std = r.Float("init_std", m->init_std, 0.0, 10.0, /*min_exclusive=*/true);
+  m->dropout = r.Float("dropout", m->dropout, 0.0, 0.99);
+  m->dispatcher = r.Enum<Dispatcher>("dispatcher", m->dispatcher, kDispatchers);
+  r.RejectUnknown(
+      "hidden, heads, layers, first_k_dense, experts, topk, moe_ffn, ffn, vocab, seq_len, "
+      "mtp_layers, mtp_loss_scale, aux_loss_coeff, norm_eps, rope_theta, init_std, dropout, "
+      "dispatcher");
+}
+
+void ReadParallel(TableReader& r, ParallelConfig* p) {
+  p->ep = r.Int("ep", p->ep, 1, 256);
+  p->threads = r.Int("threads", p->threads, 1, 256);
+  p->timeout_seconds = r.Float("timeout_s", p->timeout_seconds, 1.0, 7 * 24 * 3600.0);
+  r.RejectUnknown("ep, threads, timeout_s");
+}
+
+void ReadTrain(TableReader& r, TrainConfig* t) {
+  t->micro_batch = r.Int("micro_batch", t->micro_batch, 1, 1 << 20);
+  t->global_batch = r.Int("global_batch", t->global_batch, 1, 1 << 24);
+  t->iterations = r.Int("iterations", t->iterations, 1, 10000000);
+  t->seed = static_cast<uint64_t>(r.Int("seed", static_cast<int64_t>(t->seed), 0, kMaxInt));
+  r.Enum<int>("optimizer", 0, {{"adam", 0}});
+  t->lr = r.Float("lr", t->lr, 0.0, 1e3, /*min_exclusive=*/true);
+  t->min_lr = r.Float("min_lr", t->min_lr, 0.0, 1e3);
+  t->warmup_iterations = r.Int("warmup_iterations", t->warmup_iterations, 0, kMaxInt);
+  t->lr_schedule =
+      r.Enum<LrSchedule>("lr_schedule", t->lr_schedule,
+                         {{"constant", LrSchedule::kConstant}, {"cosine", LrSchedule::kCosine}});
+  t->adam_beta1 = r.Float("adam_beta1", t->adam_beta1, 0.0, 0.999999);
+  t->adam_beta2 = r.Float("adam_beta2", t->adam_beta2, 0.0, 0.999999);
+  t->adam_eps = r.Float("adam_eps", t->adam_eps, 0.0, 1.0, /*min_exclusive=*/true);
+  t->weight_decay = r.Float("weight_decay", t->weight_decay, 0.0, 10.0);
+  t->clip_grad = r.Float("clip_grad", t->clip_grad, 0.0, kMaxDouble);
+  r.RejectUnknown(
+      "micro_batch, global_batch, iterations, seed, optimizer, lr, min_lr, warmup_iterations, "
+      "lr_schedule, adam_beta1, adam_beta2, adam_eps, weight_decay, clip_grad");
+}
+
+// Rules that depend on several keys, checked on every arm's resolved settings.
+void ValidateShapes(const Recipe& recipe, Diagnostics* diag) {
+  const ModelConfig& m = recipe.model;
+  if (m.hidden % m.heads != 0) {
+    diag->Add("[model]", "hidden must be divisible by heads (" + std::to_string(m.heads) +
+                             "), got " + std::to_string(m.hidden));
+  } else if (m.head_dim() % 2 != 0) {
+    diag->Add("[model]", "hidden / heads must be even for rotary embeddings, got " +
+                             std::to_string(m.head_dim()));
+  }
+  if (m.topk > m.experts) {
+    diag->Add("[model]", "topk must be <= experts (" + std::to_string(m.experts) + "), got " +
+                             std::to_string(m.topk));
+  }
+  if (m.first_k_dense > m.layers) {
+    diag->Add("[model]", "first_k_dense must be <= layers (" + std::to_string(m.layers) +
+                             "), got " + std::to_string(m.first_k_dense));
+  }
+  if (m.mtp_layers >= m.seq_len) {
+    diag->Add("[model]", "mtp_layers must be < seq_len (" + std::to_string(m.seq_len) + "), got " +
+                             std::to_string(m.mtp_layers));
+  }
+  if (m.experts % recipe.parallel.ep != 0) {
+    diag->Add("[parallel]", "ep must divide [model] experts (" + std::to_string(m.experts) +
+                                "), got ep = " + std::to_string(recipe.parallel.ep));
+  }
+  const TrainConfig& t = recipe.train;
+  int64_t unit = t.micro_batch * recipe.data_parallel_size();
+  if (t.global_batch % unit != 0) {
+    diag->Add("[train]", "global_batch must be a multiple of micro_batch x data-parallel size (" +
+                             std::to_string(t.micro_batch) + " x " +
+                             std::to_string(recipe.data_parallel_size()) + " = " +
+                             std::to_string(unit) + "), got " + std::to_string(t.global_batch));
+  }
+  if (t.min_lr > t.lr) {
+    diag->Add("[train]", "min_lr must be <= lr (" + std::to_string(t.lr) + "), got " +
+                             std::to_string(t.min_lr));
+  }
+  for (int64_t it : recipe.trace.dump_grads_at) {
+    if (it > t.iterations) {
+      diag->Add("[trace]", "dump_grads_at entries must be <= [train] iterations (" +
+                               std::to_string(t.iterations) + "), got " + std::to_string(it));
+    }
+  }
+}
+
+void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
+  const std::string where = arm.name.empty() ? "[recompute]" : "[arms." + arm.name + "]";
+  const RecomputeConfig& rc = arm.recompute;
+  const ModelConfig& m = recipe.model;
+  if (rc.full()) {
+    if (!rc.method_set) {
+      diag->Add(where,
+                "recompute method must be set (\"uniform\" or \"block\") when "
+                "granularity is \"full\"");
+    }
+    if (rc.num_layers < 1) {
+      diag->Add(where, "recompute num_layers must be set (>= 1) when granularity is \"full\"");
+    }
+    if (rc.method == RecomputeMethod::kUniform && m.mtp_layers > 0 && rc.num_layers > 1) {
+      diag->Add(where,
+                "recompute num_layers must be 1 when method is \"uniform\" and "
+                "[model] mtp_layers > 0, got " +
+                    std::to_string(rc.num_layers));
+    }
+    if (m.dropout != 0.0) {
+      diag->Add(where, "[model] dropout must be 0 when recomputing (granularity \"full\"), got " +
+                           std::to_string(m.dropout));
+    }
+  }
+}
+
+ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recipe& base,
+                  Diagnostics* diag) {
+  ArmConfig arm;
+  arm.name = name;
+  arm.recompute = base.recompute;
+  arm.precision = base.precision;
+  arm.dispatcher = base.model.dispatcher;
+  const std::string where = "[arms." + name + "]";
+  TableReader r(table, where, diag);
+  if (!r.Has("engine")) r.Error("engine", "must be set (\"reference\")");
+  arm.engine = r.Enum<EngineKind>("engine", EngineKind::kReference, kEngines);
+  arm.dispatcher = r.Enum<Dispatcher>("dispatcher", arm.dispatcher, kDispatchers);
+  if (const toml::table* t = r.SubTable("recompute")) {
+    TableReader sub(t, where.substr(0, where.size() - 1) + ".recompute]", diag);
+    ReadRecompute(sub, &arm.recompute);
+  }
+  if (const toml::table* t = r.SubTable("precision")) {
+    TableReader sub(t, where.substr(0, where.size() - 1) + ".precision]", diag);
+    ReadPrecision(sub, &arm.precision);
+  }
+  r.RejectUnknown("engine, dispatcher, recompute, precision");
+  return arm;
+}
+
+bool ValidArmName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+}  // namespace
+
+Recipe ParseRecipe(const std::string& text, const std::string& path) {
+  Diagnostics diag(path);
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream msg;
+    msg << path << ":" << e.source().begin.line << ":" << e.source().begin.column
+        << ": not valid TOML: " << e.description();
+    throw InputError(msg.str());
+  }
+
+  Recipe recipe;
+  recipe.path = path;
+  recipe.text = text;
+  TableReader top(&root, "", &diag);
+  recipe.name = top.String("name", std::filesystem::path(path).stem().string());
+  top.String("description", "");
+  {
+    TableReader r(top.SubTable("model"), "[model]", &diag);
+    ReadModel(r, &recipe.model);
+  }
+  {
+    TableReader r(top.SubTable("parallel"), "[parallel]", &diag);
+    ReadParallel(r, &recipe.parallel);
+  }
+  {
+    TableReader r(top.SubTable("data"), "[data]", &diag);
+    recipe.data.branching = r.Int("branching", recipe.data.branching, 1, 1 << 16);
+    r.RejectUnknown("branching");
+  }
+  {
+    TableReader r(top.SubTable("train"), "[train]", &diag);
+    ReadTrain(r, &recipe.train);
+  }
+  {
+    TableReader r(top.SubTable("precision"), "[precision]", &diag);
+    ReadPrecision(r, &recipe.precision);
+  }
+  {
+    TableReader r(top.SubTable("recompute"), "[recompute]", &diag);
+    ReadRecompute(r, &recipe.recompute);
+  }
+  {
+    TableReader r(top.SubTable("trace"), "[trace]", &diag);
+    recipe.trace.dump_grads_at = r.IntList("dump_grads_at", 1, kMaxInt);
+    std::sort(recipe.trace.dump_grads_at.begin(), recipe.trace.dump_grads_at.end());
+    recipe.trace.dump_grads_at.erase(
+        std::unique(recipe.trace.dump_grads_at.begin(), recipe.trace.dump_grads_at.end()),
+        recipe.trace.dump_grads_at.end());
+    r.RejectUnknown("dump_grads_at");
+  }
+  if (const toml::table* arms = top.SubTable("arms")) {
+    for (const auto& [key, node] : *arms) {
+      std::string name(key.str());
+      if (!ValidArmName(name)) {
+        diag.Add("[arms]",
+                 "arm name '" + name + "' must be 1-64 characters of letters, digits, '_' or '-'");
+        continue;
+      }
+      if (!node.is_table()) {
+        diag.Add("[arms]", name + " must be a table, got " + Describe(node) + LineSuffix(node));
+        continue;
+      }
+      recipe.arms.push_back(ReadArm(name, node.as_table(), recipe, &diag));
+    }
+  }
+  top.RejectUnknown(
+      "name, description, model, parallel, data, train, precision, recompute, "
+      "trace, arms");
+  if (recipe.arms.empty()) {
+    diag.Add("[arms]",
+             "must define at least one arm, e.g. [arms.reference] engine = \"reference\"");
+  }
+
+  // Cross-key rules only make sense once every key parsed.
+  if (diag.empty()) {
+    ValidateShapes(recipe, &diag);
+    RecomputeConfig top_level = recipe.recompute;
+    ArmConfig defaults;
+    defaults.recompute = top_level;
+    ValidateArm(recipe, defaults, &diag);
+    for (const ArmConfig& arm : recipe.arms) {
+      if (arm.recompute.full() != top_level.full() || arm.recompute.method != top_level.method ||
+          arm.recompute.num_layers != top_level.num_layers ||
+          arm.recompute.method_set != top_level.method_set) {
+        ValidateArm(recipe, arm, &diag);
+      }
+    }
+  }
+  diag.ThrowIfAny();
+  return recipe;
+}
+
+Recipe LoadRecipe(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw InputError(path + ": recipe file not found");
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(path + ": is a directory, expected a recipe file (.toml)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open recipe file for reading");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return ParseRecipe(buffer.str(), path);
+}
+
+}  // namespace bitparity

@@ -1,0 +1,145 @@
+#ifndef BITPARITY_CORE_RECIPE_H_
+#define BITPARITY_CORE_RECIPE_H_
+
+// A recipe is one TOML file describing one scenario: the model, the parallel layout, the
+// training run, precision, recompute, what the trace dumps, and the arms (engines) to run.
+// Loading validates everything before any work starts; every problem is reported with the file,
+// table and key, and the whole set of problems raises one InputError (exit code 2).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bitparity {
+
+enum class EngineKind { kReference, kOverlap };
+enum class Dispatcher { kAllToAll, kFlex };
+enum class PrecisionRecipe { kFp32, kBf16, kBlockwise, kMxfp8 };
+enum class Fp8Scaling { kCurrent, kDelayed };
+enum class RecomputeGranularity { kNone, kFull };
+enum class RecomputeMethod { kUniform, kBlock };
+// What a full-recompute replay covers: one layer segment (per recompute_num_layers) or the whole
+// model chunk at once (the older overlap behaviour, kept as a comparison arm for memory).
+enum class RecomputeUnit { kSegment, kChunk };
+enum class LrSchedule { kConstant, kCosine };
+
+const char* ToString(EngineKind engine);
+const char* ToString(Dispatcher dispatcher);
+const char* ToString(PrecisionRecipe recipe);
+const char* ToString(Fp8Scaling scaling);
+const char* ToString(RecomputeGranularity granularity);
+const char* ToString(RecomputeMethod method);
+const char* ToString(RecomputeUnit unit);
+const char* ToString(LrSchedule schedule);
+
+struct ModelConfig {
+  int64_t hidden = 64;
+  int64_t heads = 4;
+  int64_t layers = 3;         // decoder layers
+  int64_t first_k_dense = 1;  // the first k decoder layers use a dense MLP, the rest MoE
+  int64_t experts = 4;
+  int64_t topk = 2;
+  int64_t moe_ffn = 64;  // hidden size of each expert's SwiGLU
+  int64_t ffn = 128;     // hidden size of the dense SwiGLU
+  int64_t vocab = 256;
+  int64_t seq_len = 64;
+  int64_t mtp_layers = 0;  // multi-token-prediction depths after the decoder
+  double mtp_loss_scale = 0.1;
+  double aux_loss_coeff = 1e-2;
+  double norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  double init_std = 0.02;
+  double dropout = 0.0;  // hidden dropout after attention and after the MLP
+  Dispatcher dispatcher = Dispatcher::kAllToAll;
+
+  int64_t head_dim() const { return hidden / heads; }
+  bool layer_is_moe(int64_t layer) const { return layer >= first_k_dense; }
+  // The MTP transformer layer follows the spec of the last decoder layer.
+  bool mtp_is_moe() const { return layer_is_moe(layers - 1); }
+};
+
+struct ParallelConfig {
+  int64_t ep = 1;                // expert-parallel size; the world is one EP group for now
+  int64_t threads = 1;           // intra-op threads per rank
+  double timeout_seconds = 300;  // a rank group running longer than this is ended (exit 3)
+};
+
+struct DataConfig {
+  int64_t branching = 4;  // successors per token in the synthetic Markov chain
+};
+
+struct TrainConfig {
+  int64_t micro_batch = 2;
+  int64_t global_batch = 8;
+  int64_t iterations = 10;
+  uint64_t seed = 1234;
+  double lr = 3e-3;
+  double min_lr = 0.0;
+  int64_t warmup_iterations = 0;
+  LrSchedule lr_schedule = LrSchedule::kConstant;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_eps = 1e-8;
+  double weight_decay = 0.0;
+  double clip_grad = 1.0;  // global gradient-norm clipping; 0 turns it off
+};
+
+struct PrecisionConfig {
+  PrecisionRecipe recipe = PrecisionRecipe::kBf16;
+  Fp8Scaling fp8_scaling = Fp8Scaling::kCurrent;
+};
+
+struct RecomputeConfig {
+  RecomputeGranularity granularity = RecomputeGranularity::kNone;
+  RecomputeMethod method = RecomputeMethod::kUniform;
+  int64_t num_layers = 0;  // 0 = unset
+  RecomputeUnit unit = RecomputeUnit::kSegment;
+  bool method_set = false;
+
+  bool full() const { return granularity == RecomputeGranularity::kFull; }
+};
+
+struct TraceConfig {
+  std::vector<int64_t> dump_grads_at;  // 1-based iterations at which full main grads are dumped
+};
+
+// One arm: an engine with its own recompute / precision / dispatcher settings.
+struct ArmConfig {
+  std::string name;
+  EngineKind engine = EngineKind::kReference;
+  RecomputeConfig recompute;
+  PrecisionConfig precision;
+  Dispatcher dispatcher = Dispatcher::kAllToAll;
+};
+
+struct Recipe {
+  std::string path;  // as given by the user; used in every message
+  std::string name;  // `name` key, or the file stem
+  std::string text;  // the file content, recorded verbatim in traces
+  ModelConfig model;
+  ParallelConfig parallel;
+  DataConfig data;
+  TrainConfig train;
+  PrecisionConfig precision;
+  RecomputeConfig recompute;
+  TraceConfig trace;
+  std::vector<ArmConfig> arms;
+
+  int64_t world_size() const { return parallel.ep; }
+  int64_t data_parallel_size() const { return parallel.ep; }
+  int64_t microbatches_per_rank() const { return global_batch_per_rank() / train.micro_batch; }
+  int64_t global_batch_per_rank() const { return train.global_batch / data_parallel_size(); }
+
+  // The arm called `name`; InputError naming the known arms if there is none.
+  const ArmConfig& arm(const std::string& name) const;
+  std::vector<std::string> arm_names() const;
+};
+
+// Parses and validates a recipe file. Throws InputError listing every problem found.
+Recipe LoadRecipe(const std::string& path);
+// Same, from text already in memory; `path` is only used in messages.
+Recipe ParseRecipe(const std::string& text, const std::string& path);
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_CORE_RECIPE_H_

@@ -1,0 +1,46 @@
+#ifndef BITPARITY_CORE_RECOMPUTE_PLAN_H_
+#define BITPARITY_CORE_RECOMPUTE_PLAN_H_
+
+// Which layers full activation recompute replays, and in which groups. Both arms read the same
+// plan, so recompute_method / recompute_num_layers mean the same thing in each (Megatron's
+// rules, as the seed restates them):
+//   uniform k: decoder layers in consecutive groups of k (the last may be shorter); each MTP
+//              depth is its own segment; with MTP, k must be 1.
+//   block k:   the first k decoder layers, one segment each; the remaining decoder layers keep
+//              their activations; MTP layers are not recomputed (a warning says so).
+// Layers are numbered decoder 0..L-1, then MTP depth d as L+d.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/recipe.h"
+
+namespace bitparity {
+
+struct LayerSegment {
+  int64_t first_layer = 0;
+  int64_t num_layers = 0;
+  bool mtp = false;  // an MTP depth (always exactly one layer)
+
+  int64_t last_layer() const { return first_layer + num_layers - 1; }
+};
+
+struct RecomputePlan {
+  std::vector<LayerSegment> segments;     // in forward order
+  std::vector<int64_t> segment_of_layer;  // per layer: index into segments, or -1 (eager)
+  std::vector<std::string> warnings;      // e.g. MTP left eager under "block"
+
+  bool recomputed(int64_t layer) const { return segment_of_layer[layer] >= 0; }
+  // The segment whose first layer is `layer`, or nullptr.
+  const LayerSegment* SegmentStartingAt(int64_t layer) const;
+};
+
+// Throws InputError when the configuration breaks a rule (method or num_layers missing under
+// full recompute, uniform with MTP and num_layers != 1).
+RecomputePlan BuildRecomputePlan(const RecomputeConfig& recompute, int64_t decoder_layers,
+                                 int64_t mtp_layers);
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_CORE_RECOMPUTE_PLAN_H_

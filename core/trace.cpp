@@ -1,0 +1,579 @@
+#include "core/trace.h"
+
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+#include <utility>
+
+#include "core/errors.h"
+
+namespace bitparity {
+
+const std::string& Trace::attribute(const std::string& key) const {
+  static const std::string kEmpty;
+  auto it = attributes.find(key);
+  return it == attributes.end() ? kEmpty : it->second;
+}
+
+namespace {
+
+// Silences HDF5's own error printing once per process; we report errors ourselves.
+void QuietHdf5() {
+  static bool done = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+// Owns one HDF5 identifier and closes it with the matching function.
+class Hid {
+ public:
+  Hid() = default;
+  Hid(hid_t id, herr_t (*closer)(hid_t)) : id_(id), closer_(closer) {}
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  Hid(Hid&& other) noexcept { *this = std::move(other); }
+  Hid& operator=(Hid&& other) noexcept {
+    Reset();
+    id_ = other.id_;
+    closer_ = other.closer_;
+    other.id_ = -1;
+    return *this;
+  }
+  ~Hid() { Reset(); }
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  void Reset() {
+    if (id_ >= 0 && closer_) closer_(id_);
+    id_ = -1;
+  }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*closer_)(hid_t) = nullptr;
+};
+
+std::string GroupNameForRank(int64_t rank) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "rank_%05lld", static_cast<long long>(rank));
+  return name;
+}
+
+std::string GroupNameForIteration(int64_t iteration) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "iter_%06lld", static_cast<long long>(iteration));
+  return name;
+}
+
+std::string JoinShape(const std::vector<int64_t>& shape) {
+  std::string out;
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+class Writer {
+ public:
+  explicit Writer(std::string path) : path_(std::move(path)) {}
+
+  void Check(herr_t status, const std::string& what) const {
+    if (status < 0) throw InfrastructureError(path_ + ": HDF5 failed to " + what);
+  }
+  Hid CheckId(hid_t id, herr_t (*closer)(hid_t), const std::string& what) const {
+    if (id < 0) throw InfrastructureError(path_ + ": HDF5 failed to " + what);
+    return Hid(id, closer);
+  }
+
+  Hid StringType() const {
+    Hid type = CheckId(H5Tcopy(H5T_C_S1), H5Tclose, "create a string type");
+    Check(H5Tset_size(type.get(), H5T_VARIABLE), "size a string type");
+    Check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "set a string charset");
+    return type;
+  }
+
+  void StringAttribute(hid_t loc, const std::string& name, const std::string& value) const {
+    Hid type = StringType();
+    Hid space = CheckId(H5Screate(H5S_SCALAR), H5Sclose, "create a scalar space");
+    Hid attr =
+        CheckId(H5Acreate2(loc, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                H5Aclose, "create attribute " + name);
+    const char* data = value.c_str();
+    Check(H5Awrite(attr.get(), type.get(), &data), "write attribute " + name);
+  }
+
+  void IntAttribute(hid_t loc, const std::string& name, int64_t value) const {
+    Hid space = CheckId(H5Screate(H5S_SCALAR), H5Sclose, "create a scalar space");
+    Hid attr =
+        CheckId(H5Acreate2(loc, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                H5Aclose, "create attribute " + name);
+    Check(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), "write attribute " + name);
+  }
+
+  Hid Group(hid_t loc, const std::string& name) const {
+    return CheckId(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+                   "create group " + name);
+  }
+
+  void Dataset(hid_t loc, const std::string& name, const std::vector<hsize_t>& dims,
+               hid_t file_type, hid_t memory_type, const void* data) const {
+    Hid space = CheckId(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                        H5Sclose, "create a data space for " + name);
+    Hid set = CheckId(H5Dcreate2(loc, name.c_str(), file_type, space.get(), H5P_DEFAULT,
+                                 H5P_DEFAULT, H5P_DEFAULT),
+                      H5Dclose, "create dataset " + name);
+    hsize_t count = 1;
+    for (hsize_t d : dims) count *= d;
+    if (count > 0) {
+      Check(H5Dwrite(set.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
+            "write dataset " + name);
+    }
+  }
+
+  void StringDataset(hid_t loc, const std::string& name,
+                     const std::vector<std::string>& values) const {
+    std::vector<const char*> pointers;
+    for (const std::string& v : values) pointers.push_back(v.c_str());
+    Hid type = StringType();
+    Dataset(loc, name, {values.size()}, type.get(), type.get(), pointers.data());
+  }
+
+  void WriteRank(hid_t file, const RankTrace& rank) const {
+    Hid group = Group(file, GroupNameForRank(rank.rank));
+    IntAttribute(group.get(), "rank", rank.rank);
+    for (const auto& [key, value] : rank.attributes) StringAttribute(group.get(), key, value);
+
+    const size_t params = rank.param_names.size();
+    if (rank.param_shapes.size() != params) {
+      throw InfrastructureError(path_ + ": rank " + std::to_string(rank.rank) +
+                                " has mismatched parameter names and shapes");
+    }
+    StringDataset(group.get(), "param_names", rank.param_names);
+    std::vector<std::string> shapes;
+    for (const auto& s : rank.param_shapes) shapes.push_back(JoinShape(s));
+    StringDataset(group.get(), "param_shapes", shapes);
+
+    const size_t n = rank.iterations.size();
+    std::vector<int64_t> iteration(n), peak(n), end(n);
+    std::vector<float> loss(n), lm(n), mtp(n), aux(n);
+    std::vector<double> norm(n), lr(n), seconds(n);
+    std::vector<uint64_t> grad_digest(n * params), param_digest(n * params);
+    for (size_t i = 0; i < n; ++i) {
+      const IterationRecord& r = rank.iterations[i];
+      if (r.grad_digests.size() != params || r.param_digests.size() != params) {
+        throw InfrastructureError(path_ + ": iteration " + std::to_string(r.iteration) +
+                                  " of rank " + std::to_string(rank.rank) +
+                                  " has the wrong number of digests");
+      }
+      iteration[i] = r.iteration;
+      loss[i] = r.loss;
+      lm[i] = r.lm_loss;
+      mtp[i] = r.mtp_loss;
+      aux[i] = r.aux_loss;
+      norm[i] = r.grad_norm;
+      lr[i] = r.learning_rate;
+      peak[i] = r.peak_bytes;
+      end[i] = r.end_bytes;
+      seconds[i] = r.step_seconds;
+      std::copy(r.grad_digests.begin(), r.grad_digests.end(), grad_digest.begin() + i * params);
+      std::copy(r.param_digests.begin(), r.param_digests.end(), param_digest.begin() + i * params);
+    }
+    const hid_t g = group.get();
+    Dataset(g, "iteration", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64, iteration.data());
+    Dataset(g, "loss", {n}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, loss.data());
+    Dataset(g, "lm_loss", {n}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, lm.data());
+    Dataset(g, "mtp_loss", {n}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, mtp.data());
+    Dataset(g, "aux_loss", {n}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, aux.data());
+    Dataset(g, "grad_norm", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, norm.data());
+    Dataset(g, "learning_rate", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, lr.data());
+    Dataset(g, "peak_bytes", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64, peak.data());
+    Dataset(g, "end_bytes", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64, end.data());
+    Dataset(g, "step_seconds", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, seconds.data());
+    Dataset(g, "grad_digest", {n, params}, H5T_STD_U64LE, H5T_NATIVE_UINT64, grad_digest.data());
+    Dataset(g, "param_digest", {n, params}, H5T_STD_U64LE, H5T_NATIVE_UINT64, param_digest.data());
+
+    Hid dumps = Group(g, "grad_dumps");
+    for (const auto& [it, tensors] : rank.grad_dumps) {
+      Hid iter_group = Group(dumps.get(), GroupNameForIteration(it));
+      IntAttribute(iter_group.get(), "iteration", it);
+      for (const TensorDump& t : tensors) {
+        std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+        size_t count = 1;
+        for (int64_t d : t.shape) count *= static_cast<size_t>(d);
+        if (count != t.values.size()) {
+          throw InfrastructureError(path_ + ": dump of " + t.name + " has " +
+                                    std::to_string(t.values.size()) + " values for shape [" +
+                                    JoinShape(t.shape) + "]");
+        }
+        Dataset(iter_group.get(), t.name, dims, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t.values.data());
+      }
+    }
+  }
+
+ private:
+  std::string path_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+class Reader {
+ public:
+  explicit Reader(std::string path) : path_(std::move(path)) {}
+
+  [[noreturn]] void Fail(const std::string& reason) const {
+    throw InputError(path_ + ": " + reason);
+  }
+
+  Hid Open(hid_t loc, const std::string& name, const std::string& what) const {
+    if (H5Lexists(loc, name.c_str(), H5P_DEFAULT) <= 0) Fail("missing " + what + " '" + name + "'");
+    H5O_info_t info;
+    if (H5Oget_info_by_name2(loc, name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
+      Fail("cannot read " + what + " '" + name + "'");
+    }
+    if (info.type == H5O_TYPE_GROUP) {
+      hid_t id = H5Gopen2(loc, name.c_str(), H5P_DEFAULT);
+      if (id < 0) Fail("cannot open group '" + name + "'");
+      return Hid(id, H5Gclose);
+    }
+    if (info.type == H5O_TYPE_DATASET) {
+      hid_t id = H5Dopen2(loc, name.c_str(), H5P_DEFAULT);
+      if (id < 0) Fail("cannot open dataset '" + name + "'");
+      return Hid(id, H5Dclose);
+    }
+    Fail(what + " '" + name + "' has an unexpected object type");
+  }
+
+  Hid OpenGroup(hid_t loc, const std::string& name) const {
+    Hid h = Open(loc, name, "group");
+    if (H5Iget_type(h.get()) != H5I_GROUP) Fail("'" + name + "' is not a group");
+    return h;
+  }
+
+  Hid OpenDataset(hid_t loc, const std::string& name) const {
+    Hid h = Open(loc, name, "dataset");
+    if (H5Iget_type(h.get()) != H5I_DATASET) Fail("'" + name + "' is not a dataset");
+    return h;
+  }
+
+  std::vector<hsize_t> Dims(hid_t set, const std::string& name) const {
+    Hid space(H5Dget_space(set), H5Sclose);
+    if (!space.valid()) Fail("cannot read the shape of '" + name + "'");
+    int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank < 0) Fail("cannot read the shape of '" + name + "'");
+    std::vector<hsize_t> dims(rank);
+    if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    return dims;
+  }
+
+  // Checks the stored type class and size so that bits read back are the bits written.
+  void CheckType(hid_t set, const std::string& name, H5T_class_t cls, size_t size,
+                 H5T_sign_t sign = H5T_SGN_ERROR) const {
+    Hid type(H5Dget_type(set), H5Tclose);
+    if (!type.valid()) Fail("cannot read the type of '" + name + "'");
+    bool ok = H5Tget_class(type.get()) == cls && H5Tget_size(type.get()) == size;
+    if (ok && sign != H5T_SGN_ERROR) ok = H5Tget_sign(type.get()) == sign;
+    if (!ok) Fail("dataset '" + name + "' has an unexpected element type");
+  }
+
+  template <typename T>
+  std::vector<T> Read(hid_t loc, const std::string& name, hid_t memory_type, H5T_class_t cls,
+                      const std::vector<hsize_t>& expected_dims,
+                      H5T_sign_t sign = H5T_SGN_ERROR) const {
+    Hid set = OpenDataset(loc, name);
+    CheckType(set.get(), name, cls, sizeof(T), sign);
+    std::vector<hsize_t> dims = Dims(set.get(), name);
+    if (dims != expected_dims) {
+      std::vector<int64_t> got(dims.begin(), dims.end()),
+          want(expected_dims.begin(), expected_dims.end());
+      Fail("dataset '" + name + "' has shape [" + JoinShape(got) + "], expected [" +
+           JoinShape(want) + "]");
+    }
+    size_t count = 1;
+    for (hsize_t d : dims) count *= d;
+    std::vector<T> out(count);
+    if (count > 0 &&
+        H5Dread(set.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
+      Fail("cannot read dataset '" + name + "' (truncated or corrupt file)");
+    }
+    return out;
+  }
+
+  std::vector<std::string> ReadStrings(hid_t loc, const std::string& name) const {
+    Hid set = OpenDataset(loc, name);
+    Hid type(H5Dget_type(set.get()), H5Tclose);
+    if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING ||
+        !H5Tis_variable_str(type.get())) {
+      Fail("dataset '" + name + "' is not a variable-length string dataset");
+    }
+    std::vector<hsize_t> dims = Dims(set.get(), name);
+    if (dims.size() != 1) Fail("dataset '" + name + "' must be one-dimensional");
+    std::vector<char*> raw(dims[0], nullptr);
+    Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    H5Tset_cset(mem.get(), H5T_CSET_UTF8);
+    if (dims[0] > 0 &&
+        H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0) {
+      Fail("cannot read dataset '" + name + "' (truncated or corrupt file)");
+    }
+    std::vector<std::string> out;
+    for (char* s : raw) {
+      out.emplace_back(s ? s : "");
+      H5free_memory(s);
+    }
+    return out;
+  }
+
+  // Reads every string attribute of `loc` (other attribute types are skipped).
+  std::map<std::string, std::string> StringAttributes(hid_t loc) const {
+    std::map<std::string, std::string> out;
+    H5O_info_t info;
+    if (H5Oget_info2(loc, &info, H5O_INFO_NUM_ATTRS) < 0) Fail("cannot list attributes");
+    for (hsize_t i = 0; i < info.num_attrs; ++i) {
+      Hid attr(H5Aopen_by_idx(loc, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT),
+               H5Aclose);
+      if (!attr.valid()) Fail("cannot open an attribute");
+      ssize_t len = H5Aget_name(attr.get(), 0, nullptr);
+      if (len < 0) Fail("cannot read an attribute name");
+      std::string name(static_cast<size_t>(len), '\0');
+      H5Aget_name(attr.get(), static_cast<size_t>(len) + 1, name.data());
+      Hid type(H5Aget_type(attr.get()), H5Tclose);
+      if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING) continue;
+      if (!H5Tis_variable_str(type.get())) Fail("attribute '" + name + "' is not a vlen string");
+      Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
+      H5Tset_size(mem.get(), H5T_VARIABLE);
+      H5Tset_cset(mem.get(), H5T_CSET_UTF8);
+      char* value = nullptr;
+      if (H5Aread(attr.get(), mem.get(), &value) < 0) Fail("cannot read attribute '" + name + "'");
+      out[name] = value ? value : "";
+      H5free_memory(value);
+    }
+    return out;
+  }
+
+  int64_t IntAttribute(hid_t loc, const std::string& name) const {
+    if (H5Aexists(loc, name.c_str()) <= 0) Fail("missing attribute '" + name + "'");
+    Hid attr(H5Aopen(loc, name.c_str(), H5P_DEFAULT), H5Aclose);
+    Hid type(H5Aget_type(attr.get()), H5Tclose);
+    if (!type.valid() || H5Tget_class(type.get()) != H5T_INTEGER) {
+      Fail("attribute '" + name + "' is not an integer");
+    }
+    int64_t value = 0;
+    if (H5Aread(attr.get(), H5T_NATIVE_INT64, &value) < 0) Fail("cannot read attribute " + name);
+    return value;
+  }
+
+  std::vector<std::string> Children(hid_t group) const {
+    H5G_info_t info;
+    if (H5Gget_info(group, &info) < 0) Fail("cannot list a group");
+    std::vector<std::string> names;
+    for (hsize_t i = 0; i < info.nlinks; ++i) {
+      ssize_t len =
+          H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+      if (len < 0) Fail("cannot read a link name");
+      std::string name(static_cast<size_t>(len), '\0');
+      H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(),
+                         static_cast<size_t>(len) + 1, H5P_DEFAULT);
+      names.push_back(name);
+    }
+    return names;
+  }
+
+  std::vector<int64_t> ParseShape(const std::string& text, const std::string& param) const {
+    std::vector<int64_t> shape;
+    if (text.empty()) return shape;
+    std::stringstream in(text);
+    std::string part;
+    while (std::getline(in, part, ',')) {
+      try {
+        size_t used = 0;
+        long long v = std::stoll(part, &used);
+        if (used != part.size() || v < 0) throw std::invalid_argument(part);
+        shape.push_back(v);
+      } catch (const std::exception&) {
+        Fail("parameter '" + param + "' has a malformed shape '" + text + "'");
+      }
+    }
+    return shape;
+  }
+
+  RankTrace ReadRank(hid_t file, const std::string& group_name) const {
+    Hid group = OpenGroup(file, group_name);
+    const hid_t g = group.get();
+    RankTrace rank;
+    rank.rank = IntAttribute(g, "rank");
+    if (GroupNameForRank(rank.rank) != group_name) {
+      Fail("group '" + group_name + "' holds rank " + std::to_string(rank.rank));
+    }
+    rank.attributes = StringAttributes(g);
+    rank.param_names = ReadStrings(g, "param_names");
+    std::vector<std::string> shapes = ReadStrings(g, "param_shapes");
+    const hsize_t params = rank.param_names.size();
+    if (shapes.size() != params) Fail(group_name + ": param_shapes and param_names differ in size");
+    for (size_t i = 0; i < params; ++i) {
+      rank.param_shapes.push_back(ParseShape(shapes[i], rank.param_names[i]));
+    }
+
+    Hid iteration_set = OpenDataset(g, "iteration");
+    std::vector<hsize_t> dims = Dims(iteration_set.get(), "iteration");
+    if (dims.size() != 1) Fail(group_name + "/iteration must be one-dimensional");
+    const hsize_t n = dims[0];
+    auto iteration = Read<int64_t>(g, "iteration", H5T_NATIVE_INT64, H5T_INTEGER, {n});
+    auto loss = Read<float>(g, "loss", H5T_NATIVE_FLOAT, H5T_FLOAT, {n});
+    auto lm = Read<float>(g, "lm_loss", H5T_NATIVE_FLOAT, H5T_FLOAT, {n});
+    auto mtp = Read<float>(g, "mtp_loss", H5T_NATIVE_FLOAT, H5T_FLOAT, {n});
+    auto aux = Read<float>(g, "aux_loss", H5T_NATIVE_FLOAT, H5T_FLOAT, {n});
+    auto norm = Read<double>(g, "grad_norm", H5T_NATIVE_DOUBLE, H5T_FLOAT, {n});
+    auto lr = Read<double>(g, "learning_rate", H5T_NATIVE_DOUBLE, H5T_FLOAT, {n});
+    auto peak = Read<int64_t>(g, "peak_bytes", H5T_NATIVE_INT64, H5T_INTEGER, {n});
+    auto end = Read<int64_t>(g, "end_bytes", H5T_NATIVE_INT64, H5T_INTEGER, {n});
+    auto seconds = Read<double>(g, "step_seconds", H5T_NATIVE_DOUBLE, H5T_FLOAT, {n});
+    auto grad_digest =
+        Read<uint64_t>(g, "grad_digest", H5T_NATIVE_UINT64, H5T_INTEGER, {n, params}, H5T_SGN_NONE);
+    auto param_digest = Read<uint64_t>(g, "param_digest", H5T_NATIVE_UINT64, H5T_INTEGER,
+                                       {n, params}, H5T_SGN_NONE);
+    for (hsize_t i = 0; i < n; ++i) {
+      IterationRecord r;
+      r.iteration = iteration[i];
+      if (i > 0 && r.iteration <= iteration[i - 1]) {
+        Fail(group_name + "/iteration is not strictly increasing");
+      }
+      r.loss = loss[i];
+      r.lm_loss = lm[i];
+      r.mtp_loss = mtp[i];
+      r.aux_loss = aux[i];
+      r.grad_norm = norm[i];
+      r.learning_rate = lr[i];
+      r.peak_bytes = peak[i];
+      r.end_bytes = end[i];
+      r.step_seconds = seconds[i];
+      r.grad_digests.assign(grad_digest.begin() + i * params,
+                            grad_digest.begin() + (i + 1) * params);
+      r.param_digests.assign(param_digest.begin() + i * params,
+                             param_digest.begin() + (i + 1) * params);
+      rank.iterations.push_back(std::move(r));
+    }
+
+    Hid dumps = OpenGroup(g, "grad_dumps");
+    for (const std::string& iter_name : Children(dumps.get())) {
+      Hid iter_group = OpenGroup(dumps.get(), iter_name);
+      int64_t it = IntAttribute(iter_group.get(), "iteration");
+      if (GroupNameForIteration(it) != iter_name) {
+        Fail("dump group '" + iter_name + "' holds iteration " + std::to_string(it));
+      }
+      std::vector<TensorDump> tensors;
+      for (const std::string& tensor_name : Children(iter_group.get())) {
+        Hid set = OpenDataset(iter_group.get(), tensor_name);
+        std::vector<hsize_t> tdims = Dims(set.get(), tensor_name);
+        set.Reset();
+        TensorDump dump;
+        dump.name = tensor_name;
+        dump.shape.assign(tdims.begin(), tdims.end());
+        dump.values =
+            Read<float>(iter_group.get(), tensor_name, H5T_NATIVE_FLOAT, H5T_FLOAT, tdims);
+        tensors.push_back(std::move(dump));
+      }
+      rank.grad_dumps[it] = std::move(tensors);
+    }
+    return rank;
+  }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+void WriteTrace(const std::string& path, const Trace& trace) {
+  QuietHdf5();
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw InfrastructureError(path + ": directory " + dir.string() + " does not exist");
+  }
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  Writer writer(temporary);
+  try {
+    Hid file = writer.CheckId(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                              H5Fclose, "create the file");
+    writer.StringAttribute(file.get(), "schema", kTraceSchema);
+    writer.IntAttribute(file.get(), "schema_version", kTraceSchemaVersion);
+    for (const auto& [key, value] : trace.attributes) {
+      if (key == "schema" || key == "schema_version") continue;
+      writer.StringAttribute(file.get(), key, value);
+    }
+    for (const RankTrace& rank : trace.ranks) writer.WriteRank(file.get(), rank);
+    writer.Check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "flush the file");
+  } catch (...) {
+    fs::remove(temporary, ec);
+    throw;
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    fs::remove(temporary, ec);
+    throw InfrastructureError(path +
+                              ": cannot move the finished trace into place: " + std::strerror(err));
+  }
+}
+
+Trace ReadTrace(const std::string& path, bool require_complete) {
+  QuietHdf5();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw InputError(path + ": trace file not found");
+  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory");
+  Reader reader(path);
+  htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+  if (is_hdf5 <= 0) reader.Fail("not an HDF5 file (truncated or corrupt?)");
+  Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) reader.Fail("cannot open as HDF5 (truncated or corrupt?)");
+
+  Trace trace;
+  trace.attributes = reader.StringAttributes(file.get());
+  auto schema = trace.attributes.find("schema");
+  if (schema == trace.attributes.end() || schema->second != kTraceSchema) {
+    reader.Fail("not a bitparity trace (attribute 'schema' should be '" +
+                std::string(kTraceSchema) + "')");
+  }
+  int64_t version = reader.IntAttribute(file.get(), "schema_version");
+  if (version != kTraceSchemaVersion) {
+    reader.Fail("trace schema version " + std::to_string(version) + " is not supported (this " +
+                "build reads version " + std::to_string(kTraceSchemaVersion) + ")");
+  }
+  for (const std::string& child : reader.Children(file.get())) {
+    if (child.rfind("rank_", 0) != 0) reader.Fail("unexpected top-level object '" + child + "'");
+    trace.ranks.push_back(reader.ReadRank(file.get(), child));
+  }
+  if (trace.ranks.empty()) reader.Fail("holds no rank records");
+  if (!require_complete) return trace;
+  for (size_t i = 0; i < trace.ranks.size(); ++i) {
+    if (trace.ranks[i].rank != static_cast<int64_t>(i)) {
+      reader.Fail("rank records are not numbered 0.." + std::to_string(trace.ranks.size() - 1));
+    }
+  }
+  const std::string& world = trace.attribute("world_size");
+  if (!world.empty() && world != std::to_string(trace.ranks.size())) {
+    reader.Fail("holds " + std::to_string(trace.ranks.size()) + " rank(s) but its world_size is " +
+                world + " (an incomplete trace?)");
+  }
+  const size_t iterations = trace.ranks[0].iterations.size();
+  for (const RankTrace& r : trace.ranks) {
+    if (r.iterations.size() != iterations) {
+      reader.Fail("rank " + std::to_string(r.rank) + " holds " +
+                  std::to_string(r.iterations.size()) + " iterations, rank 0 holds " +
+                  std::to_string(iterations));
+    }
+  }
+  return trace;
+}
+
+}  // namespace bitparity

@@ -1,0 +1,73 @@
+#ifndef BITPARITY_CORE_TRACE_H_
+#define BITPARITY_CORE_TRACE_H_
+
+// A trace is what one run of one arm leaves behind: per iteration and rank the loss terms,
+// gradient norm, digests of every parameter's main grad and of every parameter after the step,
+// memory and time; full main-grad tensors at chosen iterations; the recipe and provenance.
+// It is stored as one HDF5 file whose layout is documented in docs/trace-format.md.
+// This header is torch-free so that the harness can read traces without LibTorch.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace bitparity {
+
+inline constexpr char kTraceSchema[] = "bitparity.trace";
+inline constexpr int64_t kTraceSchemaVersion = 1;
+
+// Scalars and digests of one iteration on one rank.
+struct IterationRecord {
+  int64_t iteration = 0;  // 1-based
+  float loss = 0;         // global training loss, identical on every rank
+  float lm_loss = 0;      // this rank's language-model loss (mean over its microbatches)
+  float mtp_loss = 0;     // this rank's MTP loss (mean over depths and microbatches)
+  float aux_loss = 0;     // this rank's load-balancing loss (sum over MoE layers, mean over µb)
+  double grad_norm = 0;   // global main-grad norm before clipping
+  double learning_rate = 0;
+  int64_t peak_bytes = 0;   // peak CPU tensor bytes during the iteration (reported, not gated)
+  int64_t end_bytes = 0;    // live CPU tensor bytes at the end of the iteration
+  double step_seconds = 0;  // wall time (reported, not gated)
+  std::vector<uint64_t> grad_digests;   // XXH3-64 of each parameter's fp32 main grad
+  std::vector<uint64_t> param_digests;  // XXH3-64 of each fp32 master parameter after the step
+};
+
+// A full fp32 tensor stored in the trace (a main grad at a dump iteration).
+struct TensorDump {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+// Everything one rank recorded. Parameters are in the rank's own order; expert parameters
+// differ between ranks, so names are per rank.
+struct RankTrace {
+  int64_t rank = 0;
+  std::vector<std::string> param_names;
+  std::vector<std::vector<int64_t>> param_shapes;
+  std::vector<IterationRecord> iterations;
+  std::map<int64_t, std::vector<TensorDump>> grad_dumps;  // iteration -> main grads
+  std::map<std::string, std::string> attributes;          // per-rank provenance
+};
+
+struct Trace {
+  std::map<std::string, std::string> attributes;  // recipe text, arm, engine, provenance
+  std::vector<RankTrace> ranks;                   // sorted by rank
+
+  const std::string& attribute(const std::string& key) const;  // "" when absent
+};
+
+// Writes `trace` to `path` atomically (temporary file in the same directory, then rename).
+// Throws InfrastructureError when the file system refuses.
+void WriteTrace(const std::string& path, const Trace& trace);
+
+// Reads and checks a trace. Any problem (missing file, not HDF5, truncated, wrong schema or
+// layout) throws InputError naming the file and the reason. A complete trace holds ranks
+// 0..world_size-1; a rank's part (written by a rank process before the launcher merges the
+// parts) holds only that rank.
+Trace ReadTrace(const std::string& path, bool require_complete = true);
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_CORE_TRACE_H_

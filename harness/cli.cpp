@@ -1,0 +1,216 @@
+#include "harness/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "core/errors.h"
+#include "core/recipe.h"
+#include "core/recompute_plan.h"
+#include "core/trace.h"
+#include "harness/launcher.h"
+#include "harness/trace_compare.h"
+
+namespace bitparity {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kExitCodesHelp[] =
+    "Exit codes: 0 pass, 1 a check failed (traces differ), 2 bad input (recipe, command line,\n"
+    "trace or golden; nothing is written), 3 infrastructure fault (a rank crashed or timed out).";
+
+std::string SegmentsText(const RecomputePlan& plan, int64_t decoder_layers) {
+  if (plan.segments.empty()) return "none";
+  std::string out;
+  for (const LayerSegment& s : plan.segments) {
+    out += out.empty() ? "" : " ";
+    if (s.mtp) {
+      out += "[mtp" + std::to_string(s.first_layer - decoder_layers) + "]";
+    } else if (s.num_layers == 1) {
+      out += "[" + std::to_string(s.first_layer) + "]";
+    } else {
+      out += "[" + std::to_string(s.first_layer) + "-" + std::to_string(s.last_layer()) + "]";
+    }
+  }
+  return out;
+}
+
+std::string RecomputeText(const RecomputeConfig& r) {
+  if (!r.full()) return "none";
+  return std::string("full, ") + ToString(r.method) + ", num_layers " +
+         std::to_string(r.num_layers);
+}
+
+int Validate(const std::string& path) {
+  Recipe recipe = LoadRecipe(path);
+  const ModelConfig& m = recipe.model;
+  std::cout << recipe.path << ": ok (recipe '" << recipe.name << "')\n"
+            << "  model: hidden " << m.hidden << ", heads " << m.heads << ", layers " << m.layers
+            << " (" << m.first_k_dense << " dense), experts " << m.experts << " top-" << m.topk
+            << ", vocab " << m.vocab << ", seq " << m.seq_len << ", mtp " << m.mtp_layers << "\n"
+            << "  parallel: ep " << recipe.parallel.ep << " (world " << recipe.world_size()
+            << "), threads/rank " << recipe.parallel.threads << ", timeout "
+            << recipe.parallel.timeout_seconds << " s\n"
+            << "  train: " << recipe.train.iterations << " iterations, global batch "
+            << recipe.train.global_batch << ", micro batch " << recipe.train.micro_batch << ", "
+            << recipe.microbatches_per_rank() << " microbatches/rank\n";
+  for (const ArmConfig& arm : recipe.arms) {
+    RecomputePlan plan = BuildRecomputePlan(arm.recompute, m.layers, m.mtp_layers);
+    std::cout << "  arm " << arm.name << ": engine " << ToString(arm.engine) << ", precision "
+              << ToString(arm.precision.recipe) << ", dispatcher " << ToString(arm.dispatcher)
+              << ", recompute " << RecomputeText(arm.recompute) << ", segments "
+              << SegmentsText(plan, m.layers) << "\n";
+    for (const std::string& w : plan.warnings) std::cout << "    warning: " << w << "\n";
+  }
+  return kExitPass;
+}
+
+struct ArmOptions {
+  std::string recipe;
+  std::string arm;
+  std::string out;
+  std::string log_dir;
+  bool quiet = false;
+};
+
+int RunArm(const ArmOptions& o, const std::string& command_line) {
+  Recipe recipe = LoadRecipe(o.recipe);
+  std::string arm_name = o.arm;
+  if (arm_name.empty()) {
+    if (recipe.arms.size() != 1) {
+      std::ostringstream names;
+      for (const std::string& n : recipe.arm_names()) names << " " << n;
+      throw InputError(recipe.path + ": --arm is required (the recipe has arms:" + names.str() +
+                       ")");
+    }
+    arm_name = recipe.arms[0].name;
+  }
+  recipe.arm(arm_name);  // InputError if unknown
+  fs::path out(o.out);
+  if (out.has_parent_path() && !fs::is_directory(out.parent_path())) {
+    std::error_code ec;
+    fs::create_directories(out.parent_path(), ec);
+    if (ec) throw InputError(o.out + ": cannot create directory " + out.parent_path().string());
+  }
+  if (fs::is_directory(out)) throw InputError(o.out + ": is a directory, expected a .h5 path");
+
+  LaunchOptions launch;
+  launch.executable = SelfExecutable();
+  launch.recipe_path = recipe.path;
+  launch.arm = arm_name;
+  launch.trace_path = o.out;
+  launch.log_dir = o.log_dir.empty() ? o.out + ".logs" : o.log_dir;
+  launch.world_size = recipe.world_size();
+  launch.timeout_seconds = recipe.parallel.timeout_seconds;
+  launch.trace_attributes["command_line"] = command_line;
+  if (!o.quiet) {
+    launch.on_progress = [](const ProgressEvent& e) {
+      std::printf("  iteration %lld/%lld  loss %.6f  %.3f s\n", static_cast<long long>(e.iteration),
+                  static_cast<long long>(e.iterations), e.loss, e.step_seconds);
+      std::fflush(stdout);
+    };
+    std::printf("arm %s of %s: %lld rank(s), logs in %s\n", arm_name.c_str(), recipe.path.c_str(),
+                static_cast<long long>(recipe.world_size()), launch.log_dir.c_str());
+  }
+  LaunchResult result = LaunchArm(launch);
+  if (result.exit_code != kExitPass) {
+    std::cerr << "error: " << result.failure;
+    return result.exit_code;
+  }
+  Trace trace = ReadTrace(o.out);
+  const auto& its = trace.ranks[0].iterations;
+  std::printf("wrote %s: %zu iterations, loss %.6f -> %.6f, %.1f s\n", o.out.c_str(), its.size(),
+              its.front().loss, its.back().loss, result.seconds);
+  return kExitPass;
+}
+
+int Diff(const std::string& path_a, const std::string& path_b) {
+  Trace a = ReadTrace(path_a);
+  Trace b = ReadTrace(path_b);
+  TraceComparison c = CompareTraces(a, b);
+  if (c.identical) {
+    std::printf("identical: %zu rank(s), %zu iterations, %lld records compared bit for bit\n",
+                a.ranks.size(), a.ranks[0].iterations.size(),
+                static_cast<long long>(c.compared_records));
+    return kExitPass;
+  }
+  if (c.first->record == "structure") {
+    std::printf("DIFFERENT: %s\n", c.first->Describe().c_str());
+    return kExitCheckFailed;
+  }
+  std::printf("DIFFERENT: first difference at %s\n", c.first->Describe().c_str());
+  std::printf("%lld of %lld records differ\n", static_cast<long long>(c.differing_records),
+              static_cast<long long>(c.compared_records));
+  return kExitCheckFailed;
+}
+
+std::string JoinArgs(int argc, char** argv) {
+  std::string out;
+  for (int i = 0; i < argc; ++i) out += (i ? " " : "") + std::string(argv[i]);
+  return out;
+}
+
+}  // namespace
+
+int RunCli(int argc, char** argv) {
+  CLI::App app{
+      "bitparity: a deterministic test-and-benchmark harness for MoE training optimizations.\n"
+      "It trains arms (engines) of a recipe on real rank processes, requires them to agree bit\n"
+      "for bit, and reports what differs."};
+  app.footer(kExitCodesHelp);
+  app.require_subcommand(1);
+
+  std::string validate_recipe;
+  CLI::App* validate = app.add_subcommand(
+      "validate", "Check a recipe and print its arms and recompute segments (no training)");
+  validate->add_option("RECIPE", validate_recipe, "Recipe file (.toml)")->required();
+
+  ArmOptions arm_options;
+  CLI::App* arm = app.add_subcommand(
+      "arm", "Train one arm of a recipe once on its world of rank processes and write a trace");
+  arm->add_option("RECIPE", arm_options.recipe, "Recipe file (.toml)")->required();
+  arm->add_option("--arm", arm_options.arm,
+                  "Name of the arm ([arms.NAME] in the recipe); optional if it has one arm");
+  arm->add_option("--out", arm_options.out, "Trace file to write (HDF5, written atomically)")
+      ->required();
+  arm->add_option("--log-dir", arm_options.log_dir,
+                  "Directory for the rank logs (default: TRACE.logs next to the trace)");
+  arm->add_flag("--quiet", arm_options.quiet, "Do not print per-iteration progress");
+  arm->footer(kExitCodesHelp);
+
+  std::string diff_a, diff_b;
+  CLI::App* diff = app.add_subcommand(
+      "diff", "Compare two traces record by record and name the first difference");
+  diff->add_option("A", diff_a, "First trace (.h5)")->required();
+  diff->add_option("B", diff_b, "Second trace (.h5)")->required();
+  diff->footer("Exit codes: 0 bit-identical, 1 different, 2 unreadable or invalid trace.");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitBadInput;
+  }
+
+  try {
+    if (*validate) return Validate(validate_recipe);
+    if (*arm) return RunArm(arm_options, JoinArgs(argc, argv));
+    if (*diff) return Diff(diff_a, diff_b);
+  } catch (const InputError& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return kExitBadInput;
+  } catch (const InfrastructureError& e) {
+    std::cerr << "infrastructure error: " << e.what() << std::endl;
+    return kExitInfrastructure;
+  }
+  return kExitBadInput;
+}
+
+}  // namespace bitparity

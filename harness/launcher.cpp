@@ -1,0 +1,336 @@
+#include "harness/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/process.hpp>
+#include <boost/process/extend.hpp>
+#include <chrono>
+#include <csignal>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "core/errors.h"
+#include "core/trace.h"
+
+namespace bitparity {
+namespace {
+
+namespace bp = boost::process;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Ends a rank if the launcher itself dies, so that no rank outlives its launcher.
+struct DieWithParent : bp::extend::handler {
+  template <typename Executor>
+  void on_exec_setup(Executor&) const {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  }
+};
+
+int FreeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw InfrastructureError("cannot create a socket to find a free port");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    throw InfrastructureError("cannot find a free loopback port");
+  }
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+std::string LogTail(const std::string& path, size_t lines) {
+  std::ifstream in(path);
+  std::deque<std::string> tail;
+  std::string line;
+  while (std::getline(in, line)) {
+    tail.push_back(line);
+    if (tail.size() > lines) tail.pop_front();
+  }
+  std::string out;
+  for (const std::string& l : tail) out += "    | " + l + "\n";
+  return out.empty() ? "    | (empty log)\n" : out;
+}
+
+// Follows a log file and hands complete new lines to a callback.
+class LogFollower {
+ public:
+  explicit LogFollower(std::string path) : path_(std::move(path)) {}
+  template <typename F>
+  void Poll(F&& on_line) {
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) return;
+    in.seekg(static_cast<std::streamoff>(offset_));
+    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    offset_ += chunk.size();
+    pending_ += chunk;
+    size_t newline;
+    while ((newline = pending_.find('\n')) != std::string::npos) {
+      on_line(pending_.substr(0, newline));
+      pending_.erase(0, newline + 1);
+    }
+  }
+
+ private:
+  std::string path_;
+  size_t offset_ = 0;
+  std::string pending_;
+};
+
+bool ParseProgress(const std::string& line, ProgressEvent* event) {
+  if (line.rfind("@progress ", 0) != 0) return false;
+  std::istringstream in(line.substr(10));
+  std::string field;
+  while (in >> field) {
+    size_t eq = field.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = field.substr(0, eq), value = field.substr(eq + 1);
+    try {
+      if (key == "iteration") event->iteration = std::stoll(value);
+      if (key == "iterations") event->iterations = std::stoll(value);
+      if (key == "loss") event->loss = std::stod(value);
+      if (key == "step_seconds") event->step_seconds = std::stod(value);
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+  return true;
+}
+
+struct RankStatus {
+  bool finished = false;
+  int exit_code = 0;  // valid when finished and !signaled
+  int signal = 0;     // valid when finished and signaled
+  bool signaled = false;
+  bool ended_by_launcher = false;  // still running when the launcher ended the group
+
+  bool failed() const { return finished && (signaled || exit_code != 0); }
+  std::string Describe() const {
+    if (ended_by_launcher) return "was still running and was ended by the launcher";
+    if (signaled)
+      return "was killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
+    return "exited with code " + std::to_string(exit_code);
+  }
+};
+
+void Decode(int status, RankStatus* s) {
+  s->finished = true;
+  if (WIFSIGNALED(status)) {
+    s->signaled = true;
+    s->signal = WTERMSIG(status);
+  } else if (WIFEXITED(status)) {
+    s->exit_code = WEXITSTATUS(status);
+  } else {
+    s->exit_code = status;
+  }
+}
+
+// The rank that caused a failure: one killed by a signal, else one that failed on its own
+// (exit 1 or 2), else one that was still running while its peers gave up on it (hung), else
+// the first that failed.
+int64_t Culprit(const std::vector<RankStatus>& ranks) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].failed() && ranks[r].signaled && !ranks[r].ended_by_launcher) return r;
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].failed() && !ranks[r].signaled && ranks[r].exit_code != kExitInfrastructure) {
+      return r;
+    }
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].ended_by_launcher) return r;
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].failed()) return r;
+  }
+  return 0;
+}
+
+std::string RankPartPath(const fs::path& dir, int64_t rank) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "rank_%05lld.h5", static_cast<long long>(rank));
+  return (dir / name).string();
+}
+
+}  // namespace
+
+std::string SelfExecutable() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw InfrastructureError("cannot resolve /proc/self/exe: " + ec.message());
+  return self.string();
+}
+
+LaunchResult LaunchArm(const LaunchOptions& options) {
+  const auto start = Clock::now();
+  LaunchResult result;
+  const int64_t world = options.world_size;
+  fs::create_directories(options.log_dir);
+  const fs::path parts = options.trace_path + ".parts." + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(parts, ec);
+  fs::create_directories(parts);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code e;
+      fs::remove_all(dir, e);
+    }
+  } cleanup{parts};
+
+  const int port = world > 1 ? FreeLoopbackPort() : 0;
+  bp::group group;
+  std::vector<bp::child> children;
+  std::vector<std::string> logs;
+  for (int64_t r = 0; r < world; ++r) {
+    logs.push_back((fs::path(options.log_dir) / ("rank_" + std::to_string(r) + ".log")).string());
+    // The child opens (and truncates) its log after fork: remove an old one first so that the
+    // progress follower never reads a previous run's lines.
+    fs::remove(logs.back(), ec);
+    bp::environment env = boost::this_process::environment();
+    env["RANK"] = std::to_string(r);
+    env["WORLD_SIZE"] = std::to_string(world);
+    env["LOCAL_RANK"] = std::to_string(r);
+    env["MASTER_ADDR"] = "127.0.0.1";
+    if (world > 1) env["MASTER_PORT"] = std::to_string(port);
+    for (const auto& [key, value] : options.environment) env[key] = value;
+    std::vector<std::string> args = {"worker",    "--recipe",  options.recipe_path, "--arm",
+                                     options.arm, "--out-dir", parts.string()};
+    try {
+      children.emplace_back(bp::exe = options.executable, bp::args = args, env,
+                            (bp::std_out & bp::std_err) > logs.back(), bp::std_in < bp::null, group,
+                            DieWithParent());
+    } catch (const std::exception& e) {
+      group.terminate(ec);
+      throw InfrastructureError("cannot start rank " + std::to_string(r) + " (" +
+                                options.executable + "): " + e.what());
+    }
+  }
+
+  std::vector<RankStatus> status(static_cast<size_t>(world));
+  LogFollower progress(logs[0]);
+  auto poll_ranks = [&] {
+    for (int64_t r = 0; r < world; ++r) {
+      if (status[r].finished) continue;
+      std::error_code e;
+      if (!children[r].running(e)) Decode(children[r].native_exit_code(), &status[r]);
+    }
+    progress.Poll([&](const std::string& line) {
+      ProgressEvent event;
+      if (options.on_progress && ParseProgress(line, &event)) options.on_progress(event);
+    });
+  };
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+
+  bool timed_out = false;
+  for (;;) {
+    poll_ranks();
+    bool all_done = true, any_failed = false;
+    for (const RankStatus& s : status) {
+      all_done &= s.finished;
+      any_failed |= s.failed();
+    }
+    if (all_done && !any_failed) break;
+    if (any_failed) {
+      // Let the other ranks notice and exit on their own for a moment (their exit codes help
+      // attribute the fault), then end whatever still runs.
+      const auto grace_end = Clock::now() + std::chrono::milliseconds(1500);
+      while (Clock::now() < grace_end) {
+        poll_ranks();
+        bool done = true;
+        for (const RankStatus& s : status) done &= s.finished;
+        if (done) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      break;
+    }
+    if (elapsed() > options.timeout_seconds) {
+      timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  bool ended_any = false;
+  for (int64_t r = 0; r < world; ++r) {
+    if (!status[r].finished) {
+      status[r].ended_by_launcher = true;
+      status[r].finished = true;
+      ended_any = true;
+    }
+  }
+  if (ended_any) group.terminate(ec);
+  for (bp::child& c : children) c.wait(ec);
+  result.seconds = elapsed();
+
+  bool any_failed = false;
+  bool all_bad_input = true;
+  for (const RankStatus& s : status) {
+    if (s.failed() || s.ended_by_launcher) {
+      any_failed = true;
+      if (s.signaled || s.ended_by_launcher || s.exit_code != kExitBadInput) all_bad_input = false;
+    }
+  }
+  if (timed_out || any_failed) {
+    const int64_t culprit = Culprit(status);
+    result.failed_rank = culprit;
+    std::ostringstream msg;
+    if (timed_out) {
+      msg << "the run exceeded the recipe's timeout of " << options.timeout_seconds << " s; rank "
+          << culprit << " was still running and was ended";
+    } else {
+      msg << "rank " << culprit << " " << status[culprit].Describe();
+    }
+    msg << " (arm '" << options.arm << "', " << world << " rank(s), after " << result.seconds
+        << " s)\n";
+    for (int64_t r = 0; r < world; ++r) {
+      if (r != culprit) msg << "  rank " << r << " " << status[r].Describe() << "\n";
+    }
+    msg << "  last lines of " << logs[culprit] << ":\n" << LogTail(logs[culprit], 20);
+    result.failure = msg.str();
+    result.exit_code = (!timed_out && all_bad_input) ? kExitBadInput : kExitInfrastructure;
+    return result;
+  }
+
+  Trace merged;
+  for (int64_t r = 0; r < world; ++r) {
+    Trace part;
+    try {
+      part = ReadTrace(RankPartPath(parts, r), /*require_complete=*/false);
+    } catch (const InputError& e) {
+      result.exit_code = kExitInfrastructure;
+      result.failed_rank = r;
+      result.failure =
+          "rank " + std::to_string(r) + " exited 0 but its trace part is unusable: " + e.what();
+      return result;
+    }
+    if (part.ranks.size() != 1 || part.ranks[0].rank != r) {
+      result.exit_code = kExitInfrastructure;
+      result.failed_rank = r;
+      result.failure = "rank " + std::to_string(r) + " wrote a trace part for another rank";
+      return result;
+    }
+    if (r == 0) merged.attributes = part.attributes;
+    merged.ranks.push_back(std::move(part.ranks[0]));
+  }
+  for (const auto& [key, value] : options.trace_attributes) merged.attributes[key] = value;
+  WriteTrace(options.trace_path, merged);
+  result.exit_code = kExitPass;
+  return result;
+}
+
+}  // namespace bitparity

@@ -1,0 +1,153 @@
+#include "model/gpt.h"
+
+#include <torch/torch.h>
+
+#include "core/random.h"
+
+namespace bitparity {
+
+at::ScalarType ComputeDtype(PrecisionRecipe precision) {
+  return precision == PrecisionRecipe::kFp32 ? at::kFloat : at::kBFloat16;
+}
+
+namespace {
+
+// The output head stays in high precision under FP8 recipes, as upstream.
+PrecisionRecipe HeadPrecision(PrecisionRecipe precision) {
+  return precision == PrecisionRecipe::kFp32 ? PrecisionRecipe::kFp32 : PrecisionRecipe::kBf16;
+}
+
+}  // namespace
+
+GptModel::GptModel(const ModelConfig& config, const ParallelLayout& layout,
+                   PrecisionRecipe precision, Dispatcher dispatcher, uint64_t seed,
+                   double loss_grad_scale, std::shared_ptr<Communicator> comm)
+    : config_(config),
+      layout_(layout),
+      precision_(precision),
+      dispatcher_(dispatcher),
+      seed_(seed),
+      loss_grad_scale_(loss_grad_scale),
+      comm_(std::move(comm)),
+      store_(ComputeDtype(precision), seed),
+      weights_(BuildGptWeights(config, layout, &store_)),
+      rope_(ops::MakeRopeTables(config.seq_len, config.head_dim(), config.rope_theta)) {}
+
+uint64_t GptModel::DropoutKey(const ChunkState& state, int64_t layer, int64_t site) const {
+  return MixKeys({seed_, 0xD5, static_cast<uint64_t>(state.iteration),
+                  static_cast<uint64_t>(layout_.dp_rank), static_cast<uint64_t>(state.microbatch),
+                  static_cast<uint64_t>(layer), static_cast<uint64_t>(site)});
+}
+
+at::Tensor GptModel::Embed(const at::Tensor& ids) const {
+  return at::embedding(weights_.embedding, ids);
+}
+
+LayerAttentionOutput GptModel::LayerAttention(const LayerWeights& layer, const at::Tensor& x,
+                                              const ChunkState& state,
+                                              MicrobatchLosses* losses) const {
+  const AttentionWeights& a = layer.attention;
+  LayerAttentionOutput out;
+  at::Tensor attention = ops::CausalSelfAttention(ops::RmsNorm(x, a.norm, config_.norm_eps), a.qkv,
+                                                  a.proj, config_.heads, rope_, precision_);
+  attention = ops::Dropout(attention, config_.dropout, DropoutKey(state, layer.index, 0));
+  out.residual = x + attention;
+  if (!layer.is_moe) {
+    out.mlp_input = ops::RmsNorm(out.residual, layer.dense.norm, config_.norm_eps);
+    return out;
+  }
+  at::Tensor tokens =
+      ops::RmsNorm(out.residual, layer.moe.norm, config_.norm_eps).reshape({-1, config_.hidden});
+  RouterResult routing =
+      Route(tokens, layer.moe.router, config_.topk, config_.aux_loss_coeff, loss_grad_scale_);
+  losses->aux_losses[layer.index] = routing.aux_loss.item<float>();
+  out.payload = PermuteTokens(tokens, routing, layout_, dispatcher_, *comm_, &out.plan);
+  return out;
+}
+
+at::Tensor GptModel::LayerDenseMlp(const LayerWeights& layer, const at::Tensor& mlp_input) const {
+  return ops::SwiGlu(mlp_input, layer.dense.fc1, layer.dense.fc2, at::Tensor(), precision_);
+}
+
+at::Tensor GptModel::LayerExperts(const LayerWeights& layer, const DispatchPayload& received,
+                                  const RoutingPlan& plan) const {
+  return RunExperts(received, plan, layer.moe, precision_);
+}
+
+at::Tensor GptModel::LayerCombine(const LayerWeights& layer, const at::Tensor& mlp_rows,
+                                  const at::Tensor& residual, const RoutingPlan* plan,
+                                  const ChunkState& state) const {
+  at::Tensor mlp = plan ? UnpermuteTokens(mlp_rows, *plan).view(residual.sizes()) : mlp_rows;
+  mlp = ops::Dropout(mlp, config_.dropout, DropoutKey(state, layer.index, 1));
+  return residual + mlp;
+}
+
+at::Tensor GptModel::DecoderLayer(const LayerWeights& layer, const at::Tensor& x,
+                                  const ChunkState& state, MicrobatchLosses* losses) const {
+  LayerAttentionOutput attention = LayerAttention(layer, x, state, losses);
+  if (!layer.is_moe) {
+    return LayerCombine(layer, LayerDenseMlp(layer, attention.mlp_input), attention.residual,
+                        nullptr, state);
+  }
+  const RoutingPlan& plan = *attention.plan;
+  Communicator* comm = comm_.get();
+  DispatchPayload received;
+  received.tokens =
+      AllToAllWithGrad(attention.payload.tokens, comm, plan.send_splits, plan.recv_splits);
+  received.probs =
+      AllToAllWithGrad(attention.payload.probs, comm, plan.send_splits, plan.recv_splits);
+  if (attention.payload.route_mask.defined()) {
+    received.route_mask =
+        comm->AllToAll(attention.payload.route_mask, plan.send_splits, plan.recv_splits);
+  }
+  at::Tensor rows = LayerExperts(layer, received, plan);
+  at::Tensor returned = AllToAllWithGrad(rows, comm, plan.recv_splits, plan.send_splits);
+  return LayerCombine(layer, returned, attention.residual, &plan, state);
+}
+
+at::Tensor GptModel::FinalNorm(const at::Tensor& x) const {
+  return ops::RmsNorm(x, weights_.final_norm, config_.norm_eps);
+}
+
+at::Tensor GptModel::MtpEmbedding(ChunkState* state) const {
+  state->input_ids = ops::RollLeft(state->input_ids, 1, 0);
+  return Embed(state->input_ids);
+}
+
+at::Tensor GptModel::MtpPrologue(const MtpWeights& mtp, const at::Tensor& embedding,
+                                 const at::Tensor& hidden) const {
+  at::Tensor joined = at::cat({ops::RmsNorm(embedding, mtp.enorm, config_.norm_eps),
+                               ops::RmsNorm(hidden, mtp.hnorm, config_.norm_eps)},
+                              -1);
+  return ops::Linear(joined, mtp.eh_proj, precision_);
+}
+
+at::Tensor GptModel::MtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x) const {
+  return ops::RmsNorm(x, mtp.final_norm, config_.norm_eps);
+}
+
+void GptModel::PostProcess(const at::Tensor& main_hidden, const std::vector<at::Tensor>& mtp_hidden,
+                           const ChunkState& state, MicrobatchLosses* losses) const {
+  const PrecisionRecipe head_precision = HeadPrecision(precision_);
+  at::Tensor lm = ops::MaskedCrossEntropy(ops::Linear(main_hidden, weights_.head, head_precision),
+                                          state.labels, state.loss_mask);
+  losses->lm_loss = lm.item<float>();
+  losses->objective = lm;
+  losses->objective_value = losses->lm_loss;
+  if (mtp_hidden.empty()) return;
+  losses->mtp_losses.clear();
+  at::Tensor mtp_sum;
+  for (size_t d = 0; d < mtp_hidden.size(); ++d) {
+    const int64_t shift = static_cast<int64_t>(d) + 1;
+    at::Tensor loss = ops::MaskedCrossEntropy(
+        ops::Linear(mtp_hidden[d], weights_.head, head_precision),
+        ops::RollLeft(state.labels, shift, 0), ops::RollLeft(state.loss_mask, shift, 0));
+    losses->mtp_losses.push_back(loss.item<float>());
+    mtp_sum = d == 0 ? loss : mtp_sum + loss;
+  }
+  losses->objective =
+      lm + mtp_sum * (config_.mtp_loss_scale / static_cast<double>(mtp_hidden.size()));
+  losses->objective_value = losses->objective.item<float>();
+}
+
+}  // namespace bitparity

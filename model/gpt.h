@@ -1,0 +1,126 @@
+#ifndef BITPARITY_MODEL_GPT_H_
+#define BITPARITY_MODEL_GPT_H_
+
+// The DeepSeek-V3-shaped MoE GPT, exposed as the pieces both arms compose: pre-process
+// (embedding), per layer attention / dispatch / experts / combine, MTP prologue and final
+// norm, and post-process (output head and losses). The reference arm chains them into one
+// autograd graph per microbatch; the overlap arm runs each piece as a schedule node.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/communicator.h"
+#include "core/rank_context.h"
+#include "core/recipe.h"
+#include "model/moe.h"
+#include "model/ops.h"
+#include "model/parameters.h"
+
+namespace bitparity {
+
+// One microbatch's inputs plus the state its forward mutates (Megatron's ModelChunkState).
+struct ChunkState {
+  int64_t iteration = 0;   // 1-based
+  int64_t microbatch = 0;  // index among this rank's microbatches
+  at::Tensor input_ids;    // [b, s] int64; rolled left by one per MTP depth entered
+  at::Tensor labels;       // [b, s] int64
+  at::Tensor loss_mask;    // [b, s] fp32
+  std::vector<at::Tensor> mtp_hidden_states;  // hidden states that feed the MTP losses
+};
+
+// Loss values of one microbatch. Aux losses are keyed by layer so that a recompute replay
+// overwrites the value recorded by the first pass instead of counting it twice.
+struct MicrobatchLosses {
+  at::Tensor objective;  // differentiable: lm + mtp_loss_scale / D * sum_d mtp_d
+  float objective_value = 0;
+  float lm_loss = 0;
+  std::vector<float> mtp_losses;
+  std::map<int64_t, float> aux_losses;
+};
+
+// The attention piece of a layer and what it hands to the rest of the layer.
+struct LayerAttentionOutput {
+  at::Tensor residual;                      // x + attention(norm(x)), [b, s, h]
+  at::Tensor mlp_input;                     // dense layers: the pre-MLP norm output [b, s, h]
+  DispatchPayload payload;                  // MoE layers: what the dispatch all-to-all sends
+  std::shared_ptr<const RoutingPlan> plan;  // MoE layers: this microbatch's routing metadata
+};
+
+class GptModel {
+ public:
+  // `loss_grad_scale` seeds every microbatch's backward (1 / (microbatches x DP size)); the aux
+  // loss gradient uses the same scale.
+  GptModel(const ModelConfig& config, const ParallelLayout& layout, PrecisionRecipe precision,
+           Dispatcher dispatcher, uint64_t seed, double loss_grad_scale,
+           std::shared_ptr<Communicator> comm);
+
+  const ModelConfig& config() const { return config_; }
+  const ParallelLayout& layout() const { return layout_; }
+  ParameterStore& parameters() { return store_; }
+  const GptWeights& weights() const { return weights_; }
+  Communicator& comm() const { return *comm_; }
+  PrecisionRecipe precision() const { return precision_; }
+  Dispatcher dispatcher() const { return dispatcher_; }
+  double loss_grad_scale() const { return loss_grad_scale_; }
+  at::ScalarType compute_dtype() const { return store_.compute_dtype(); }
+
+  // Pre-process: token embedding, [b, s] -> [b, s, h].
+  at::Tensor Embed(const at::Tensor& ids) const;
+
+  // attn: norm, attention, dropout, residual, pre-MLP norm and, for MoE layers, router and local
+  // permutation (including the exchange of split sizes). Records the layer's aux loss.
+  LayerAttentionOutput LayerAttention(const LayerWeights& layer, const at::Tensor& x,
+                                      const ChunkState& state, MicrobatchLosses* losses) const;
+  // mlp: the dense SwiGLU on `attention.mlp_input`, or the local experts on received rows.
+  at::Tensor LayerDenseMlp(const LayerWeights& layer, const at::Tensor& mlp_input) const;
+  at::Tensor LayerExperts(const LayerWeights& layer, const DispatchPayload& received,
+                          const RoutingPlan& plan) const;
+  // combine epilogue: unpermute (MoE), dropout, residual add -> the layer output [b, s, h].
+  at::Tensor LayerCombine(const LayerWeights& layer, const at::Tensor& mlp_rows,
+                          const at::Tensor& residual, const RoutingPlan* plan,
+                          const ChunkState& state) const;
+
+  // The whole layer as one differentiable function, all-to-alls blocking.
+  at::Tensor DecoderLayer(const LayerWeights& layer, const at::Tensor& x, const ChunkState& state,
+                          MicrobatchLosses* losses) const;
+
+  at::Tensor FinalNorm(const at::Tensor& x) const;
+
+  // MTP depth d: rolls state->input_ids left by one and embeds the result.
+  at::Tensor MtpEmbedding(ChunkState* state) const;
+  // MTP depth d before its transformer layer: eh_proj(cat(enorm(embedding), hnorm(hidden))).
+  at::Tensor MtpPrologue(const MtpWeights& mtp, const at::Tensor& embedding,
+                         const at::Tensor& hidden) const;
+  at::Tensor MtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x) const;
+
+  // Post-process: the shared output head on the main hidden states and on each MTP depth's
+  // hidden states, and the losses. Fills `losses` (objective, lm and MTP values).
+  void PostProcess(const at::Tensor& main_hidden, const std::vector<at::Tensor>& mtp_hidden,
+                   const ChunkState& state, MicrobatchLosses* losses) const;
+
+ private:
+  uint64_t DropoutKey(const ChunkState& state, int64_t layer, int64_t site) const;
+
+  ModelConfig config_;
+  ParallelLayout layout_;
+  PrecisionRecipe precision_;
+  Dispatcher dispatcher_;
+  uint64_t seed_;
+  double loss_grad_scale_;
+  std::shared_ptr<Communicator> comm_;
+  ParameterStore store_;
+  GptWeights weights_;
+  ops::RopeTables rope_;
+};
+
+// The dtype the model computes in for a precision recipe (FP8 recipes compute in bf16 around
+// their quantized GEMMs).
+at::ScalarType ComputeDtype(PrecisionRecipe precision);
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_MODEL_GPT_H_

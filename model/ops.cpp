@@ -1,0 +1,157 @@
+#include "model/ops.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace bitparity {
+namespace ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            double eps) {
+    at::Tensor xf = x.to(at::kFloat);
+    at::Tensor rstd = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    at::Tensor y = (xf * rstd * weight.to(at::kFloat)).to(x.scalar_type());
+    ctx->save_for_backward({x, weight, rstd});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& rstd = saved[2];
+    at::Tensor gy = grads[0].to(at::kFloat);
+    at::Tensor xhat = x.to(at::kFloat) * rstd;
+    at::Tensor wg = gy * weight.to(at::kFloat);
+    at::Tensor dx = rstd * (wg - xhat * (wg * xhat).mean(-1, /*keepdim=*/true));
+    at::Tensor dw = (gy * xhat).reshape({-1, x.size(-1)}).sum(0);
+    return {dx.to(x.scalar_type()), dw.to(weight.scalar_type()), at::Tensor()};
+  }
+};
+
+class AuxLossScaler : public torch::autograd::Function<AuxLossScaler> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& probs,
+                            const at::Tensor& aux_loss, double grad_scale) {
+    ctx->saved_data["grad_scale"] = grad_scale;
+    ctx->saved_data["aux_dtype"] = static_cast<int64_t>(aux_loss.scalar_type());
+    return probs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    double scale = ctx->saved_data["grad_scale"].toDouble();
+    auto dtype = static_cast<at::ScalarType>(ctx->saved_data["aux_dtype"].toInt());
+    return {grads[0], at::full({}, scale, at::TensorOptions().dtype(dtype)), at::Tensor()};
+  }
+};
+
+at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& rope) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor x1 = xf.narrow(-1, 0, half);
+  at::Tensor x2 = xf.narrow(-1, half, half);
+  at::Tensor out = at::cat({x1 * rope.cos - x2 * rope.sin, x2 * rope.cos + x1 * rope.sin}, -1);
+  return out.to(x.scalar_type());
+}
+
+}  // namespace
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return RmsNormFunction::apply(x, weight, eps);
+}
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, PrecisionRecipe precision) {
+  switch (precision) {
+    case PrecisionRecipe::kFp32:
+    case PrecisionRecipe::kBf16:
+      return at::linear(x, weight);
+    case PrecisionRecipe::kBlockwise:
+    case PrecisionRecipe::kMxfp8:
+      break;
+  }
+  throw std::logic_error(std::string("Linear: precision ") + ToString(precision) +
+                         " has no GEMM implementation in this build");
+}
+
+RopeTables MakeRopeTables(int64_t seq_len, int64_t head_dim, double theta) {
+  const int64_t half = head_dim / 2;
+  at::Tensor cos = at::empty({seq_len, half}, at::kFloat);
+  at::Tensor sin = at::empty({seq_len, half}, at::kFloat);
+  auto c = cos.accessor<float, 2>();
+  auto s = sin.accessor<float, 2>();
+  for (int64_t i = 0; i < half; ++i) {
+    double inv_freq = 1.0 / std::pow(theta, static_cast<double>(2 * i) / head_dim);
+    for (int64_t p = 0; p < seq_len; ++p) {
+      double angle = static_cast<double>(p) * inv_freq;
+      c[p][i] = static_cast<float>(std::cos(angle));
+      s[p][i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return {cos, sin};
+}
+
+at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight,
+                               const at::Tensor& proj_weight, int64_t heads, const RopeTables& rope,
+                               PrecisionRecipe precision) {
+  const int64_t b = x.size(0), s = x.size(1), h = x.size(2), d = h / heads;
+  at::Tensor qkv = Linear(x, qkv_weight, precision).view({b, s, 3, heads, d});
+  std::vector<at::Tensor> parts = qkv.permute({2, 0, 3, 1, 4}).unbind(0);
+  at::Tensor q = ApplyRope(parts[0], rope);
+  at::Tensor k = ApplyRope(parts[1], rope);
+  at::Tensor scores =
+      at::matmul(q, k.transpose(-2, -1)).to(at::kFloat) * (1.0 / std::sqrt(static_cast<double>(d)));
+  at::Tensor causal = at::ones({s, s}, at::kBool).triu(1);
+  scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
+  at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type());
+  at::Tensor context = at::matmul(probs, parts[2]).transpose(1, 2).reshape({b, s, h});
+  return Linear(context, proj_weight, precision);
+}
+
+at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& fc1, const at::Tensor& fc2,
+                  const at::Tensor& probs, PrecisionRecipe precision) {
+  std::vector<at::Tensor> gate_up = Linear(x, fc1, precision).chunk(2, -1);
+  at::Tensor act = at::silu(gate_up[0]) * gate_up[1];
+  if (probs.defined()) {
+    act = (act.to(at::kFloat) * probs.unsqueeze(-1)).to(x.scalar_type());
+  }
+  return Linear(act, fc2, precision);
+}
+
+at::Tensor Dropout(const at::Tensor& x, double p, uint64_t key) {
+  if (p == 0.0) return x;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(key);
+  at::Tensor keep = at::full(x.sizes(), 1.0 - p, x.options().dtype(at::kFloat));
+  at::Tensor mask = at::bernoulli(keep, gen).to(x.scalar_type());
+  return x * mask * (1.0 / (1.0 - p));
+}
+
+at::Tensor MaskedCrossEntropy(const at::Tensor& logits, const at::Tensor& labels,
+                              const at::Tensor& mask) {
+  at::Tensor log_probs = at::log_softmax(logits.to(at::kFloat), -1);
+  at::Tensor nll = -log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1);
+  return (nll * mask).sum() / mask.sum().clamp_min(1.0);
+}
+
+at::Tensor RollLeft(const at::Tensor& t, int64_t shift, double fill) {
+  const int64_t s = t.size(1);
+  if (shift <= 0) return t;
+  if (shift >= s) return at::full_like(t, fill);
+  at::Tensor tail = at::full({t.size(0), shift}, fill, t.options());
+  return at::cat({t.narrow(1, shift, s - shift), tail}, 1);
+}
+
+at::Tensor AttachAuxLoss(const at::Tensor& probs, const at::Tensor& aux_loss, double grad_scale) {
+  return AuxLossScaler::apply(probs, aux_loss, grad_scale);
+}
+
+}  // namespace ops
+}  // namespace bitparity

@@ -1,0 +1,63 @@
+#ifndef BITPARITY_MODEL_OPS_H_
+#define BITPARITY_MODEL_OPS_H_
+
+// Op-level building blocks shared by both arms. Every op is deterministic on CPU for a fixed
+// thread count, and every op whose input is used several times internally is a single autograd
+// node (RmsNorm), so that a tensor crossing a node boundary receives one gradient contribution
+// per use (the funnel rule of research/parity-prototype.md).
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+#include "core/recipe.h"
+
+namespace bitparity {
+namespace ops {
+
+// y = x * rsqrt(mean(x^2) + eps) * weight, computed in fp32 and returned in x's dtype, as one
+// autograd node with a hand-written backward.
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// x @ weight^T. The precision seam: every GEMM of a linear layer goes through here, so FP8
+// recipes can quantize the operands of the forward, dgrad and wgrad GEMMs in one place.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, PrecisionRecipe precision);
+
+// Rotary position tables for one sequence length: cos and sin of shape [seq, head_dim / 2].
+struct RopeTables {
+  at::Tensor cos;
+  at::Tensor sin;
+};
+RopeTables MakeRopeTables(int64_t seq_len, int64_t head_dim, double theta);
+
+// Causal multi-head self-attention with rotary positions and an unfused softmax in fp32.
+// x: [b, s, h] already normalized; returns [b, s, h] before the output projection's residual.
+at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight,
+                               const at::Tensor& proj_weight, int64_t heads, const RopeTables& rope,
+                               PrecisionRecipe precision);
+
+// fc2(silu(gate) * up) with [gate; up] = fc1(x). When `probs` is defined (one per row), the
+// SwiGLU output is scaled by it in fp32 before fc2, as Megatron's weighted experts do.
+at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& fc1, const at::Tensor& fc2,
+                  const at::Tensor& probs, PrecisionRecipe precision);
+
+// Inverted dropout whose mask depends only on `key` (never on call order), so replays and
+// interleaved microbatches draw identical masks. Identity when p == 0.
+at::Tensor Dropout(const at::Tensor& x, double p, uint64_t key);
+
+// Mean cross-entropy over the tokens where `mask` is 1, in fp32. logits: [b, s, vocab].
+at::Tensor MaskedCrossEntropy(const at::Tensor& logits, const at::Tensor& labels,
+                              const at::Tensor& mask);
+
+// Shifts [b, s] left along the sequence by `shift`, filling the tail with `fill`.
+at::Tensor RollLeft(const at::Tensor& t, int64_t shift, double fill);
+
+// Identity on `probs` in forward; in backward also emits `grad_scale` as the gradient of
+// `aux_loss`, so the load-balancing loss trains the router without being added to the loss
+// (Megatron's MoEAuxLossAutoScaler). A recompute replay therefore injects it exactly once.
+at::Tensor AttachAuxLoss(const at::Tensor& probs, const at::Tensor& aux_loss, double grad_scale);
+
+}  // namespace ops
+}  // namespace bitparity
+
+#endif  // BITPARITY_MODEL_OPS_H_

@@ -1,0 +1,118 @@
+#ifndef BITPARITY_MODEL_PARAMETERS_H_
+#define BITPARITY_MODEL_PARAMETERS_H_
+
+// The parameters of the MoE GPT on one rank: fp32 master weights that the optimizer updates,
+// the compute-dtype weights autograd differentiates, and fp32 main-grad buffers into which each
+// microbatch's gradients are flushed in a fixed order. Initialization depends on the recipe
+// seed and the parameter's global name alone, so it is identical in both arms and for every
+// EP layout (an expert's weights do not depend on which rank owns it).
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/rank_context.h"
+#include "core/recipe.h"
+
+namespace bitparity {
+
+struct Parameter {
+  std::string name;        // global name, e.g. "layers.1.mlp.experts.3.fc1"
+  bool is_expert = false;  // sharded over EP: its gradient is not reduced over data parallel
+  at::Tensor master;       // fp32 master weight
+  at::Tensor weight;       // the leaf autograd sees (a bf16 copy, or the master itself in fp32)
+  at::Tensor main_grad;    // fp32 gradient accumulated over microbatches
+};
+
+class ParameterStore {
+ public:
+  ParameterStore(at::ScalarType compute_dtype, uint64_t seed)
+      : compute_dtype_(compute_dtype), seed_(seed) {}
+  ParameterStore(const ParameterStore&) = delete;
+  ParameterStore& operator=(const ParameterStore&) = delete;
+
+  enum class Init { kNormal, kOnes };
+  // Registers a parameter and returns its compute weight. `std` is used by kNormal.
+  at::Tensor Add(const std::string& name, std::vector<int64_t> shape, Init init, double std,
+                 bool is_expert);
+  // Same, but the weight stays fp32 whatever the compute dtype (e.g. the router).
+  at::Tensor AddFp32(const std::string& name, std::vector<int64_t> shape, double std);
+
+  std::vector<Parameter>& all() { return params_; }
+  const std::vector<Parameter>& all() const { return params_; }
+  at::ScalarType compute_dtype() const { return compute_dtype_; }
+
+  // Sets every main grad to zero (start of an iteration).
+  void ZeroMainGrads();
+  // Adds each parameter's .grad (one microbatch's gradient) to its main grad in fp32 and clears
+  // .grad, so that the next microbatch starts from an empty gradient (see DESIGN.md, parity).
+  void FlushGradsToMainGrads();
+  // Copies the fp32 masters into the compute weights after an optimizer step.
+  void RefreshWeightsFromMasters();
+
+ private:
+  at::Tensor Register(const std::string& name, at::Tensor master, bool is_expert, bool keep_fp32);
+
+  at::ScalarType compute_dtype_;
+  uint64_t seed_;
+  std::vector<Parameter> params_;
+};
+
+// Views of the compute weights, grouped as the model uses them.
+struct AttentionWeights {
+  at::Tensor norm;  // [h]
+  at::Tensor qkv;   // [3h, h]
+  at::Tensor proj;  // [h, h]
+};
+
+struct DenseMlpWeights {
+  at::Tensor norm;  // [h]
+  at::Tensor fc1;   // [2 ffn, h] gate and up
+  at::Tensor fc2;   // [h, ffn]
+};
+
+struct ExpertWeights {
+  at::Tensor fc1;  // [2 moe_ffn, h]
+  at::Tensor fc2;  // [h, moe_ffn]
+};
+
+struct MoeWeights {
+  at::Tensor norm;                           // [h]
+  at::Tensor router;                         // [experts, h], fp32
+  std::vector<ExpertWeights> local_experts;  // this rank's experts, in global order
+};
+
+struct LayerWeights {
+  int64_t index = 0;  // 0..layers-1 for decoder layers, layers+d for MTP depth d
+  bool is_moe = false;
+  AttentionWeights attention;
+  DenseMlpWeights dense;
+  MoeWeights moe;
+};
+
+struct MtpWeights {
+  at::Tensor enorm;    // [h] norm of the shifted-token embedding
+  at::Tensor hnorm;    // [h] norm of the previous hidden states
+  at::Tensor eh_proj;  // [h, 2h]
+  LayerWeights layer;
+  at::Tensor final_norm;  // [h]
+};
+
+struct GptWeights {
+  at::Tensor embedding;  // [vocab, h]
+  std::vector<LayerWeights> layers;
+  at::Tensor final_norm;  // [h]
+  at::Tensor head;        // [vocab, h], untied from the embedding
+  std::vector<MtpWeights> mtp;
+};
+
+// Creates every parameter of the model in `store` (in a fixed order, which is the order of
+// digests in traces) and returns the grouped views.
+GptWeights BuildGptWeights(const ModelConfig& config, const ParallelLayout& layout,
+                           ParameterStore* store);
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_MODEL_PARAMETERS_H_

@@ -1,0 +1,92 @@
+#include "reference/checkpoint.h"
+
+#include <torch/torch.h>
+
+#include <mutex>
+
+namespace bitparity {
+namespace {
+
+using torch::autograd::variable_list;
+
+at::Tensor RngState() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void SetRngState(const at::Tensor& state) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+class CheckpointNode : public torch::autograd::Node {
+ public:
+  CheckpointNode(CheckpointBody body, std::vector<at::Tensor> inputs, at::Tensor rng_state)
+      : body_(std::move(body)), rng_state_(std::move(rng_state)) {
+    for (const at::Tensor& input : inputs) {
+      requires_grad_.push_back(input.requires_grad());
+      inputs_.push_back(input.detach());
+    }
+  }
+
+  std::string name() const override { return "CheckpointBackward"; }
+
+  variable_list apply(variable_list&& grads) override {
+    // Every rank must replay (the body may hold collectives), so a missing gradient becomes 0.
+    at::Tensor grad = grads[0].defined() ? grads[0] : input_metadata(0).zeros_like();
+    at::Tensor ambient = RngState();
+    SetRngState(rng_state_);
+    std::vector<at::Tensor> leaves;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      leaves.push_back(inputs_[i].detach().requires_grad_(requires_grad_[i]));
+    }
+    at::Tensor out;
+    {
+      torch::AutoGradMode enable(true);
+      out = body_(leaves);
+    }
+    torch::autograd::backward({out}, {grad});
+    SetRngState(ambient);
+    variable_list result;
+    for (const at::Tensor& leaf : leaves) result.push_back(leaf.grad());
+    // A checkpoint is backpropagated once: release what it retained.
+    inputs_.clear();
+    body_ = nullptr;
+    return result;
+  }
+
+ private:
+  CheckpointBody body_;
+  std::vector<at::Tensor> inputs_;
+  std::vector<bool> requires_grad_;
+  at::Tensor rng_state_;
+};
+
+}  // namespace
+
+at::Tensor Checkpoint(CheckpointBody body, const std::vector<at::Tensor>& inputs) {
+  at::Tensor rng_state = RngState();
+  at::Tensor out;
+  {
+    torch::NoGradGuard no_grad;
+    out = body(inputs);
+  }
+  bool any_requires_grad = false;
+  for (const at::Tensor& input : inputs) any_requires_grad |= input.requires_grad();
+  if (!any_requires_grad || !torch::GradMode::is_enabled()) return out;
+
+  auto node = std::shared_ptr<CheckpointNode>(
+      new CheckpointNode(std::move(body), inputs, rng_state), torch::autograd::deleteNode);
+  torch::autograd::edge_list edges;
+  for (const at::Tensor& input : inputs) {
+    edges.push_back(input.requires_grad() ? torch::autograd::impl::gradient_edge(input)
+                                          : torch::autograd::Edge());
+  }
+  node->set_next_edges(std::move(edges));
+  torch::autograd::create_gradient_edge(out, node);
+  return out;
+}
+
+}  // namespace bitparity

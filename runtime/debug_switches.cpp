@@ -1,0 +1,132 @@
+#include "runtime/debug_switches.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include "core/errors.h"
+
+namespace bitparity {
+namespace {
+
+// "word,key=value,key=value" -> {"" : word, key : value, ...}
+std::map<std::string, std::string> ParseFields(const std::string& variable,
+                                               const std::string& text) {
+  std::map<std::string, std::string> fields;
+  std::stringstream in(text);
+  std::string part;
+  bool first = true;
+  while (std::getline(in, part, ',')) {
+    size_t eq = part.find('=');
+    if (eq == std::string::npos) {
+      if (!first) throw InputError(variable + ": expected key=value, got '" + part + "'");
+      fields[""] = part;
+    } else {
+      fields[part.substr(0, eq)] = part.substr(eq + 1);
+    }
+    first = false;
+  }
+  return fields;
+}
+
+int64_t ParseField(const std::string& variable, const std::map<std::string, std::string>& fields,
+                   const std::string& key, int64_t fallback, bool required) {
+  auto it = fields.find(key);
+  if (it == fields.end()) {
+    if (required) throw InputError(variable + ": '" + key + "=' is required");
+    return fallback;
+  }
+  try {
+    size_t used = 0;
+    long long v = std::stoll(it->second, &used);
+    if (used != it->second.size()) throw std::invalid_argument(it->second);
+    return v;
+  } catch (const std::exception&) {
+    throw InputError(variable + ": " + key + " must be an integer, got '" + it->second + "'");
+  }
+}
+
+}  // namespace
+
+FaultPlan ParseFaultPlan(const std::string& text) {
+  FaultPlan plan;
+  if (text.empty()) return plan;
+  const std::string var = "BITPARITY_FAULT";
+  auto fields = ParseFields(var, text);
+  static const std::map<std::string, FaultKind> kKinds = {{"crash", FaultKind::kCrash},
+                                                          {"segv", FaultKind::kSegv},
+                                                          {"hang", FaultKind::kHang},
+                                                          {"error", FaultKind::kError},
+                                                          {"startup", FaultKind::kStartup}};
+  auto kind = kKinds.find(fields[""]);
+  if (kind == kKinds.end()) {
+    throw InputError(var + ": kind must be crash, segv, hang, error or startup, got '" +
+                     fields[""] + "'");
+  }
+  plan.kind = kind->second;
+  plan.rank = ParseField(var, fields, "rank", 0, true);
+  plan.iteration = ParseField(var, fields, "iteration", 1, false);
+  for (const auto& [key, value] : fields) {
+    if (key != "" && key != "rank" && key != "iteration") {
+      throw InputError(var + ": unknown key '" + key + "'");
+    }
+  }
+  return plan;
+}
+
+GradPerturbation ParseGradPerturbation(const std::string& text) {
+  GradPerturbation p;
+  if (text.empty()) return p;
+  const std::string var = "BITPARITY_PERTURB";
+  auto fields = ParseFields(var, text);
+  if (fields.count("")) throw InputError(var + ": expected only key=value fields");
+  p.rank = ParseField(var, fields, "rank", 0, true);
+  p.iteration = ParseField(var, fields, "iteration", 0, true);
+  p.element = ParseField(var, fields, "element", 0, true);
+  p.ulps = ParseField(var, fields, "ulps", 1, false);
+  if (!fields.count("param") || fields["param"].empty())
+    throw InputError(var + ": 'param=' is required");
+  p.param = fields["param"];
+  for (const auto& [key, value] : fields) {
+    if (key != "rank" && key != "iteration" && key != "element" && key != "ulps" &&
+        key != "param") {
+      throw InputError(var + ": unknown key '" + key + "'");
+    }
+  }
+  if (p.rank < 0) throw InputError(var + ": rank must be >= 0");
+  return p;
+}
+
+void MaybeInjectFault(const FaultPlan& plan, int64_t rank, int64_t iteration) {
+  if (plan.kind == FaultKind::kNone || plan.rank != rank) return;
+  if (plan.kind == FaultKind::kStartup) {
+    if (iteration != 0) return;
+    std::fprintf(stderr, "fault injection: rank %lld fails at start-up\n",
+                 static_cast<long long>(rank));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  if (iteration != plan.iteration) return;
+  std::fprintf(stderr, "fault injection: rank %lld, iteration %lld\n", static_cast<long long>(rank),
+               static_cast<long long>(iteration));
+  std::fflush(stderr);
+  switch (plan.kind) {
+    case FaultKind::kCrash:
+      std::abort();
+    case FaultKind::kSegv:
+      std::raise(SIGSEGV);
+      break;
+    case FaultKind::kHang:
+      for (;;) ::pause();
+    case FaultKind::kError:
+      throw std::runtime_error("injected error");
+    default:
+      break;
+  }
+}
+
+}  // namespace bitparity

@@ -1,0 +1,75 @@
+#ifndef BITPARITY_RUNTIME_TRAINER_H_
+#define BITPARITY_RUNTIME_TRAINER_H_
+
+// The training loop of one rank, shared by every arm: build this rank's microbatches, run the
+// arm's engine, reduce the non-expert main grads over the data-parallel group in rank order,
+// clip by the global norm, step Adam, and record what the trace keeps.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+#include "core/rank_context.h"
+#include "core/recipe.h"
+#include "core/synthetic_data.h"
+#include "core/trace.h"
+#include "model/engine.h"
+#include "model/gpt.h"
+#include "runtime/optimizer.h"
+
+namespace bitparity {
+
+// Adds exactly `ulps` units in the last place to one element of one parameter's main grad at
+// one iteration on one rank: the harness's way to prove a check catches a one-ulp change.
+struct GradPerturbation {
+  int64_t rank = -1;  // -1: off
+  int64_t iteration = 0;
+  std::string param;
+  int64_t element = 0;
+  int64_t ulps = 1;
+
+  bool active() const { return rank >= 0; }
+};
+
+class Trainer {
+ public:
+  Trainer(const Recipe& recipe, const ArmConfig& arm, const ParallelLayout& layout,
+          std::shared_ptr<Communicator> comm);
+  ~Trainer();
+
+  // Runs 1-based `iteration` and returns its record (grad dumps go to `dumps` if non-null).
+  IterationRecord RunIteration(int64_t iteration, std::vector<TensorDump>* dumps);
+
+  void set_perturbation(const GradPerturbation& p) { perturbation_ = p; }
+
+  // The static part of this rank's trace: parameter names and shapes.
+  RankTrace DescribeRank() const;
+
+  GptModel& model() { return *model_; }
+  Engine& engine() { return *engine_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+ private:
+  std::vector<ChunkState> MakeMicrobatches(int64_t iteration) const;
+  void ReduceDataParallelGrads();
+  double GlobalGradNorm();
+  void ApplyPerturbation(int64_t iteration);
+
+  const Recipe& recipe_;
+  ArmConfig arm_;
+  ParallelLayout layout_;
+  std::shared_ptr<Communicator> comm_;
+  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<AdamOptimizer> optimizer_;
+  MarkovCorpus corpus_;
+  GradPerturbation perturbation_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_RUNTIME_TRAINER_H_

@@ -319,7 +319,7 @@ class Reader {
     std::vector<char*> raw(dims[0], nullptr);
     Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mem.get(), H5T_VARIABLE);
-    H5Tset_cset(mem.get(), H5T_CSET_UTF8);
+    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
     if (dims[0] > 0 &&
         H5Dread(set.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0) {
       Fail("cannot read dataset '" + name + "' (truncated or corrupt file)");
@@ -350,7 +350,7 @@ class Reader {
       if (!H5Tis_variable_str(type.get())) Fail("attribute '" + name + "' is not a vlen string");
       Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
       H5Tset_size(mem.get(), H5T_VARIABLE);
-      H5Tset_cset(mem.get(), H5T_CSET_UTF8);
+      H5Tset_cset(mem.get(), H5Tget_cset(type.get()));  // HDF5 does not convert ASCII <-> UTF-8
       char* value = nullptr;
       if (H5Aread(attr.get(), mem.get(), &value) < 0) Fail("cannot read attribute '" + name + "'");
       out[name] = value ? value : "";

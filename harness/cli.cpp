@@ -147,6 +147,14 @@ int Diff(const std::string& path_a, const std::string& path_b) {
   return kExitCheckFailed;
 }
 
+int Merge(const std::string& parts_dir, const std::string& out) {
+  Trace merged = MergeTraceParts(parts_dir);
+  WriteTrace(out, merged);
+  std::printf("wrote %s: %zu rank(s), %zu iterations\n", out.c_str(), merged.ranks.size(),
+              merged.ranks[0].iterations.size());
+  return kExitPass;
+}
+
 std::string JoinArgs(int argc, char** argv) {
   std::string out;
   for (int i = 0; i < argc; ++i) out += (i ? " " : "") + std::string(argv[i]);
@@ -188,6 +196,12 @@ int RunCli(int argc, char** argv) {
   diff->add_option("B", diff_b, "Second trace (.h5)")->required();
   diff->footer("Exit codes: 0 bit-identical, 1 different, 2 unreadable or invalid trace.");
 
+  std::string merge_dir, merge_out;
+  CLI::App* merge = app.add_subcommand(
+      "merge", "Merge the rank parts written by `bitparity worker` ranks into one trace");
+  merge->add_option("PARTS_DIR", merge_dir, "Directory holding rank_<r>.h5 parts")->required();
+  merge->add_option("--out", merge_out, "Trace file to write")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -203,6 +217,7 @@ int RunCli(int argc, char** argv) {
     if (*validate) return Validate(validate_recipe);
     if (*arm) return RunArm(arm_options, JoinArgs(argc, argv));
     if (*diff) return Diff(diff_a, diff_b);
+    if (*merge) return Merge(merge_dir, merge_out);
   } catch (const InputError& e) {
     std::cerr << "error: " << e.what() << std::endl;
     return kExitBadInput;

@@ -169,6 +169,34 @@ std::string RankPartPath(const fs::path& dir, int64_t rank) {
 
 }  // namespace
 
+Trace MergeTraceParts(const std::string& parts_dir) {
+  if (!fs::is_directory(parts_dir)) throw InputError(parts_dir + ": not a directory");
+  Trace first = ReadTrace(RankPartPath(parts_dir, 0), /*require_complete=*/false);
+  const std::string& world_text = first.attribute("world_size");
+  int64_t world = 0;
+  try {
+    world = std::stoll(world_text);
+  } catch (const std::exception&) {
+    throw InputError(RankPartPath(parts_dir, 0) + ": attribute world_size is '" + world_text + "'");
+  }
+  Trace merged;
+  merged.attributes = first.attributes;
+  for (int64_t r = 0; r < world; ++r) {
+    const std::string path = RankPartPath(parts_dir, r);
+    Trace part = r == 0 ? std::move(first) : ReadTrace(path, /*require_complete=*/false);
+    if (part.ranks.size() != 1 || part.ranks[0].rank != r) {
+      throw InputError(path + ": is not the part of rank " + std::to_string(r));
+    }
+    for (const char* key : {"recipe", "arm", "world_size"}) {
+      if (part.attribute(key) != merged.attribute(key)) {
+        throw InputError(path + ": its " + key + " differs from rank 0's part");
+      }
+    }
+    merged.ranks.push_back(std::move(part.ranks[0]));
+  }
+  return merged;
+}
+
 std::string SelfExecutable() {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
@@ -307,25 +335,13 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
   }
 
   Trace merged;
-  for (int64_t r = 0; r < world; ++r) {
-    Trace part;
-    try {
-      part = ReadTrace(RankPartPath(parts, r), /*require_complete=*/false);
-    } catch (const InputError& e) {
-      result.exit_code = kExitInfrastructure;
-      result.failed_rank = r;
-      result.failure =
-          "rank " + std::to_string(r) + " exited 0 but its trace part is unusable: " + e.what();
-      return result;
-    }
-    if (part.ranks.size() != 1 || part.ranks[0].rank != r) {
-      result.exit_code = kExitInfrastructure;
-      result.failed_rank = r;
-      result.failure = "rank " + std::to_string(r) + " wrote a trace part for another rank";
-      return result;
-    }
-    if (r == 0) merged.attributes = part.attributes;
-    merged.ranks.push_back(std::move(part.ranks[0]));
+  try {
+    merged = MergeTraceParts(parts.string());
+  } catch (const InputError& e) {
+    result.exit_code = kExitInfrastructure;
+    result.failure =
+        std::string("every rank exited 0 but the trace parts are unusable: ") + e.what();
+    return result;
   }
   for (const auto& [key, value] : options.trace_attributes) merged.attributes[key] = value;
   WriteTrace(options.trace_path, merged);

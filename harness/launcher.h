@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/trace.h"
+
 namespace bitparity {
 
 struct ProgressEvent {
@@ -44,6 +46,11 @@ struct LaunchResult {
 };
 
 LaunchResult LaunchArm(const LaunchOptions& options);
+
+// Merges the per-rank trace parts in `parts_dir` (rank_<r>.h5, written by rank processes) into
+// one trace: rank 0's attributes, every rank's records. InputError if a part is missing,
+// unreadable, or belongs to another world.
+Trace MergeTraceParts(const std::string& parts_dir);
 
 // The absolute path of the running executable.
 std::string SelfExecutable();

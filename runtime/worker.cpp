@@ -58,7 +58,7 @@ int Run(const std::string& recipe_path, const std::string& arm_name, const std::
   // Collectives give up a little before the launcher's deadline, so that a rank stuck waiting for
   // a hung peer exits on its own and the launcher can tell the hung rank from its victims.
   const auto timeout = std::chrono::milliseconds(
-      std::max<int64_t>(1000, static_cast<int64_t>(recipe.parallel.timeout_seconds * 800.0)));
+      std::max<int64_t>(1000, static_cast<int64_t>(recipe.parallel.timeout_seconds * 600.0)));
   std::shared_ptr<Communicator> comm = Communicator::Connect(context, timeout);
 
   Trainer trainer(recipe, arm, layout, comm);

@@ -1,0 +1,201 @@
+// Malformed recipes are rejected before any work starts, with a message that names the file,
+// the table and the key, and exit code 2 from the CLI.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
+#include "core/recipe.h"
+#include "tests/support/test_support.h"
+
+namespace bitparity {
+namespace {
+
+const char kValid[] = R"(
+[model]
+hidden = 32
+heads = 4
+layers = 3
+first_k_dense = 1
+experts = 4
+topk = 2
+moe_ffn = 32
+ffn = 64
+vocab = 64
+seq_len = 16
+mtp_layers = 1
+
+[parallel]
+ep = 2
+
+[train]
+micro_batch = 2
+global_batch = 8
+iterations = 3
+
+[precision]
+recipe = "bf16"
+
+[recompute]
+granularity = "full"
+method = "uniform"
+num_layers = 1
+
+[trace]
+dump_grads_at = [1]
+
+[arms.reference]
+engine = "reference"
+)";
+
+std::string Replace(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "test bug: '" << from << "' not in the base recipe";
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+struct BadRecipe {
+  std::string name;
+  std::string text;
+  std::string expected;  // a substring the message must contain
+};
+
+std::vector<BadRecipe> BadRecipes() {
+  const std::string v = kValid;
+  return {
+      {"unknown_key", Replace(v, "hidden = 32", "hidden = 32\nhiden = 32"),
+       "[model] has unknown key 'hiden'"},
+      {"unknown_table", v + "\n[modle]\nhidden = 3\n", "has unknown key 'modle'"},
+      {"string_for_integer", Replace(v, "hidden = 32", "hidden = \"32\""),
+       "[model] hidden must be an integer, got string"},
+      {"float_for_integer", Replace(v, "layers = 3", "layers = 2.5"),
+       "[model] layers must be an integer, got float"},
+      {"heads_zero", Replace(v, "heads = 4", "heads = 0"), "[model] heads must be an integer in"},
+      {"hidden_not_divisible", Replace(v, "hidden = 32", "hidden = 34"),
+       "[model] hidden must be divisible by heads (4), got 34"},
+      {"topk_above_experts", Replace(v, "topk = 2", "topk = 5"),
+       "[model] topk must be <= experts (4), got 5"},
+      {"first_k_dense_above_layers", Replace(v, "first_k_dense = 1", "first_k_dense = 4"),
+       "[model] first_k_dense must be <= layers (3), got 4"},
+      {"ep_not_dividing_experts", Replace(v, "ep = 2", "ep = 3"),
+       "[parallel] ep must divide [model] experts (4), got ep = 3"},
+      {"global_batch_not_multiple", Replace(v, "global_batch = 8", "global_batch = 6"),
+       "[train] global_batch must be a multiple of micro_batch x data-parallel size (2 x 2 = 4)"},
+      {"negative_lr", Replace(v, "iterations = 3", "iterations = 3\nlr = -1.0"),
+       "[train] lr must be a finite number > 0"},
+      {"bad_precision", Replace(v, "recipe = \"bf16\"", "recipe = \"fp16\""),
+       "[precision] recipe must be one of \"fp32\", \"bf16\", got \"fp16\""},
+      {"full_without_method", Replace(v, "method = \"uniform\"\n", ""),
+       "recompute method must be set"},
+      {"full_without_num_layers", Replace(v, "num_layers = 1\n", ""),
+       "recompute num_layers must be set"},
+      {"uniform_mtp_num_layers", Replace(v, "num_layers = 1", "num_layers = 2"),
+       "recompute num_layers must be 1 when method is \"uniform\" and [model] mtp_layers > 0, "
+       "got 2"},
+      {"dropout_with_recompute", Replace(v, "mtp_layers = 1", "mtp_layers = 1\ndropout = 0.1"),
+       "[model] dropout must be 0 when recomputing"},
+      {"dump_beyond_iterations", Replace(v, "dump_grads_at = [1]", "dump_grads_at = [1, 9]"),
+       "[trace] dump_grads_at entries must be <= [train] iterations (3), got 9"},
+      {"no_arms", Replace(v, "[arms.reference]\nengine = \"reference\"\n", ""),
+       "[arms] must define at least one arm"},
+      {"arm_without_engine", Replace(v, "engine = \"reference\"", "dispatcher = \"flex\""),
+       "[arms.reference] engine must be set"},
+      {"arm_unknown_engine", Replace(v, "engine = \"reference\"", "engine = \"fast\""),
+       "[arms.reference] engine must be one of"},
+      {"arm_recompute_override_invalid",
+       v + "\n[arms.other]\nengine = \"reference\"\n[arms.other.recompute]\nmethod = "
+           "\"diagonal\"\n",
+       "[arms.other.recompute] method must be one of \"uniform\", \"block\", got \"diagonal\""},
+      {"arm_unknown_key", Replace(v, "engine = \"reference\"", "engine = \"reference\"\nspeed = 2"),
+       "[arms.reference] has unknown key 'speed'"},
+      {"not_toml", Replace(v, "hidden = 32", "hidden = = 32"), "not valid TOML"},
+      {"threads_zero", Replace(v, "ep = 2", "ep = 2\nthreads = 0"),
+       "[parallel] threads must be an integer in [1, 256], got 0"},
+  };
+}
+
+class RecipeValidationTest : public ::testing::TestWithParam<BadRecipe> {};
+
+TEST(RecipeValidation, BaseRecipeIsValid) {
+  Recipe r = ParseRecipe(kValid, "base.toml");
+  EXPECT_EQ(r.arms.size(), 1u);
+  EXPECT_EQ(r.microbatches_per_rank(), 2);
+}
+
+TEST_P(RecipeValidationTest, RejectedInProcessNamingFileAndKey) {
+  const BadRecipe& bad = GetParam();
+  try {
+    ParseRecipe(bad.text, "bad/" + bad.name + ".toml");
+    FAIL() << "accepted a malformed recipe";
+  } catch (const InputError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("bad/" + bad.name + ".toml"), std::string::npos) << message;
+    EXPECT_NE(message.find(bad.expected), std::string::npos) << message;
+  }
+}
+
+TEST_P(RecipeValidationTest, CliExitsTwoAndWritesNothing) {
+  const BadRecipe& bad = GetParam();
+  testing::TempDir dir;
+  const std::string recipe = dir.Write(bad.name + ".toml", bad.text);
+  testing::CommandResult validate = testing::RunBitparity({"validate", recipe});
+  EXPECT_EQ(validate.exit_code, 2) << validate.output;
+  EXPECT_NE(validate.output.find(bad.expected), std::string::npos) << validate.output;
+
+  const std::string trace = dir.File("out/trace.h5");
+  testing::CommandResult arm = testing::RunBitparity({"arm", recipe, "--out", trace});
+  EXPECT_EQ(arm.exit_code, 2) << arm.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("out"))) << "bad input must write nothing";
+}
+
+INSTANTIATE_TEST_SUITE_P(Malformed, RecipeValidationTest, ::testing::ValuesIn(BadRecipes()),
+                         [](const ::testing::TestParamInfo<BadRecipe>& info) {
+                           return info.param.name;
+                         });
+
+TEST(RecipeValidation, MissingFileIsBadInput) {
+  testing::CommandResult r = testing::RunBitparity({"validate", "/nonexistent/recipe.toml"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("/nonexistent/recipe.toml: recipe file not found"), std::string::npos)
+      << r.output;
+}
+
+TEST(RecipeValidation, ReportsEveryProblemAtOnce) {
+  std::string text = Replace(Replace(kValid, "heads = 4", "heads = 0"), "topk = 2", "topk = \"x\"");
+  try {
+    ParseRecipe(text, "two.toml");
+    FAIL();
+  } catch (const InputError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("heads"), std::string::npos) << message;
+    EXPECT_NE(message.find("topk"), std::string::npos) << message;
+  }
+}
+
+TEST(RecipeValidation, ArmOverridesRecomputeAndPrecision) {
+  std::string text = std::string(kValid) +
+                     "\n[arms.plain]\nengine = \"reference\"\nrecompute = { granularity = "
+                     "\"none\" }\nprecision = { recipe = \"fp32\" }\n";
+  Recipe r = ParseRecipe(text, "arms.toml");
+  const ArmConfig& plain = r.arm("plain");
+  EXPECT_FALSE(plain.recompute.full());
+  EXPECT_EQ(plain.precision.recipe, PrecisionRecipe::kFp32);
+  const ArmConfig& reference = r.arm("reference");
+  EXPECT_TRUE(reference.recompute.full());
+  EXPECT_EQ(reference.precision.recipe, PrecisionRecipe::kBf16);
+  EXPECT_THROW(r.arm("missing"), InputError);
+}
+
+TEST(RecipeValidation, ShippedRecipesAreValid) {
+  for (const auto& entry : std::filesystem::directory_iterator(testing::SourceDir() + "/recipes")) {
+    if (entry.path().extension() != ".toml") continue;
+    EXPECT_NO_THROW(LoadRecipe(entry.path().string())) << entry.path();
+  }
+}
+
+}  // namespace
+}  // namespace bitparity

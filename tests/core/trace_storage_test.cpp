@@ -1,0 +1,180 @@
+// Traces round-trip bit for bit through HDF5, are written atomically, and any unusable file
+// is reported as bad input naming the file and the reason.
+
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/errors.h"
+#include "core/float_bits.h"
+#include "core/trace.h"
+#include "tests/support/test_support.h"
+#include "tests/support/trace_builder.h"
+
+namespace bitparity {
+namespace {
+
+namespace fs = std::filesystem;
+
+void ExpectBadTrace(const std::string& path, const std::string& reason) {
+  try {
+    ReadTrace(path);
+    FAIL() << "read an unusable trace";
+  } catch (const InputError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find(reason), std::string::npos) << message;
+  }
+}
+
+TEST(TraceStorage, RoundTripsEveryRecordBitForBit) {
+  testing::TempDir dir;
+  Trace written = testing::MakeTrace(2, 3);
+  written.ranks[1].iterations[2].loss = FloatFromBits(0x7fc00001);  // a NaN payload survives too
+  WriteTrace(dir.File("t.h5"), written);
+  Trace read = ReadTrace(dir.File("t.h5"));
+  EXPECT_EQ(read.attribute("arm"), "reference");
+  EXPECT_EQ(read.attribute("schema"), kTraceSchema);
+  ASSERT_EQ(read.ranks.size(), 2u);
+  for (size_t r = 0; r < 2; ++r) {
+    const RankTrace& a = written.ranks[r];
+    const RankTrace& b = read.ranks[r];
+    EXPECT_EQ(a.param_names, b.param_names);
+    EXPECT_EQ(a.param_shapes, b.param_shapes);
+    EXPECT_EQ(b.attributes.at("provenance.host"), "test");
+    ASSERT_EQ(a.iterations.size(), b.iterations.size());
+    for (size_t i = 0; i < a.iterations.size(); ++i) {
+      EXPECT_EQ(FloatBits(a.iterations[i].loss), FloatBits(b.iterations[i].loss));
+      EXPECT_EQ(DoubleBits(a.iterations[i].grad_norm), DoubleBits(b.iterations[i].grad_norm));
+      EXPECT_EQ(a.iterations[i].grad_digests, b.iterations[i].grad_digests);
+      EXPECT_EQ(a.iterations[i].param_digests, b.iterations[i].param_digests);
+      EXPECT_EQ(a.iterations[i].peak_bytes, b.iterations[i].peak_bytes);
+    }
+    ASSERT_EQ(b.grad_dumps.size(), 1u);
+    const auto& dumps = b.grad_dumps.at(2);
+    ASSERT_EQ(dumps.size(), 2u);
+    for (size_t p = 0; p < 2; ++p) {
+      const TensorDump* original = nullptr;
+      for (const auto& d : a.grad_dumps.at(2)) {
+        if (d.name == dumps[p].name) original = &d;
+      }
+      ASSERT_NE(original, nullptr);
+      EXPECT_EQ(original->shape, dumps[p].shape);
+      ASSERT_EQ(original->values.size(), dumps[p].values.size());
+      for (size_t i = 0; i < original->values.size(); ++i) {
+        EXPECT_EQ(FloatBits(original->values[i]), FloatBits(dumps[p].values[i]));
+      }
+    }
+  }
+}
+
+TEST(TraceStorage, WriteLeavesNoTemporaryFilesAndReplacesAtomically) {
+  testing::TempDir dir;
+  WriteTrace(dir.File("t.h5"), testing::MakeTrace(1, 2));
+  WriteTrace(dir.File("t.h5"), testing::MakeTrace(1, 4));
+  EXPECT_EQ(ReadTrace(dir.File("t.h5")).ranks[0].iterations.size(), 4u);
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    ++files;
+    EXPECT_EQ(entry.path().filename(), "t.h5");
+  }
+  EXPECT_EQ(files, 1);
+}
+
+TEST(TraceStorage, WriteIntoMissingDirectoryFailsWithoutLeavingFiles) {
+  testing::TempDir dir;
+  EXPECT_THROW(WriteTrace(dir.File("missing/t.h5"), testing::MakeTrace(1, 1)), InfrastructureError);
+  EXPECT_FALSE(fs::exists(dir.File("missing")));
+}
+
+TEST(TraceStorage, MissingFileIsBadInput) {
+  testing::TempDir dir;
+  ExpectBadTrace(dir.File("absent.h5"), "trace file not found");
+}
+
+TEST(TraceStorage, NonHdf5FileIsBadInput) {
+  testing::TempDir dir;
+  ExpectBadTrace(dir.Write("text.h5", "this is not HDF5\n"), "not an HDF5 file");
+}
+
+TEST(TraceStorage, TruncatedFileIsBadInput) {
+  testing::TempDir dir;
+  WriteTrace(dir.File("t.h5"), testing::MakeTrace(2, 3));
+  const auto size = fs::file_size(dir.File("t.h5"));
+  for (uintmax_t keep : {size / 2, size - 100, uintmax_t{600}}) {
+    fs::copy_file(dir.File("t.h5"), dir.File("cut.h5"), fs::copy_options::overwrite_existing);
+    fs::resize_file(dir.File("cut.h5"), keep);
+    try {
+      ReadTrace(dir.File("cut.h5"));
+      ADD_FAILURE() << "read a trace truncated to " << keep << " bytes";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(dir.File("cut.h5")), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(TraceStorage, CorruptedBytesAreBadInputNotACrash) {
+  testing::TempDir dir;
+  WriteTrace(dir.File("t.h5"), testing::MakeTrace(2, 3));
+  const std::string original = testing::ReadFile(dir.File("t.h5"));
+  int rejected = 0, accepted = 0;
+  // Overwrite a window of bytes at many offsets; every outcome must be a clean read or an
+  // InputError, never a crash or another exception type.
+  for (size_t offset = 0; offset + 64 < original.size(); offset += original.size() / 40) {
+    std::string bytes = original;
+    for (size_t i = 0; i < 64; ++i) bytes[offset + i] = static_cast<char>(0xA5 ^ i);
+    std::ofstream(dir.File("bad.h5"), std::ios::binary) << bytes;
+    try {
+      ReadTrace(dir.File("bad.h5"));
+      ++accepted;
+    } catch (const InputError&) {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 0);
+  SUCCEED() << rejected << " rejected, " << accepted << " readable";
+}
+
+// An HDF5 file with one string attribute on its root, written with the HDF5 C API.
+void WriteHdf5WithSchema(const std::string& path, const char* schema) {
+  hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t attr = H5Acreate2(file, "schema", type, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(attr, type, &schema);
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Fclose(file);
+}
+
+TEST(TraceStorage, OtherHdf5FileIsBadInput) {
+  testing::TempDir dir;
+  WriteHdf5WithSchema(dir.File("other.h5"), "somebody.else");
+  ExpectBadTrace(dir.File("other.h5"), "not a bitparity trace");
+}
+
+TEST(TraceStorage, MissingLayoutIsBadInput) {
+  testing::TempDir dir;
+  WriteTrace(dir.File("t.h5"), testing::MakeTrace(1, 2));
+  hid_t file = H5Fopen(dir.File("t.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  ASSERT_GE(H5Ldelete(file, "rank_00000/grad_digest", H5P_DEFAULT), 0);
+  H5Fclose(file);
+  ExpectBadTrace(dir.File("t.h5"), "missing dataset 'grad_digest'");
+}
+
+TEST(TraceStorage, IncompleteWorldIsBadInput) {
+  testing::TempDir dir;
+  Trace t = testing::MakeTrace(2, 2);
+  t.attributes["world_size"] = "4";
+  WriteTrace(dir.File("t.h5"), t);
+  ExpectBadTrace(dir.File("t.h5"), "world_size is 4");
+  EXPECT_NO_THROW(ReadTrace(dir.File("t.h5"), /*require_complete=*/false));
+}
+
+}  // namespace
+}  // namespace bitparity

@@ -1,0 +1,111 @@
+// The rank process runs under any launcher that sets the torchrun or Slurm variables: two
+// workers started by hand and merged with `bitparity merge` give the same trace as
+// `bitparity arm`.
+
+#include <gtest/gtest.h>
+
+#include <boost/process.hpp>
+#include <filesystem>
+
+#include "core/trace.h"
+#include "harness/trace_compare.h"
+#include "tests/support/test_support.h"
+#include "tests/support/thread_world.h"
+
+namespace bitparity {
+namespace {
+
+namespace bp = boost::process;
+
+const char kRecipe[] = R"(
+[model]
+hidden = 32
+heads = 4
+layers = 2
+first_k_dense = 1
+experts = 4
+topk = 2
+moe_ffn = 32
+ffn = 64
+vocab = 64
+seq_len = 16
+[parallel]
+ep = 2
+timeout_s = 60
+[train]
+micro_batch = 2
+global_batch = 8
+iterations = 2
+[arms.reference]
+engine = "reference"
+)";
+
+void LaunchWorkersByHand(const std::string& recipe, const std::string& parts, bool slurm) {
+  const int port = testing::FreePort();
+  std::vector<bp::child> ranks;
+  for (int r = 0; r < 2; ++r) {
+    bp::environment env = boost::this_process::environment();
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"}) {
+      env.erase(name);
+    }
+    if (slurm) {
+      env["SLURM_PROCID"] = std::to_string(r);
+      env["SLURM_NTASKS"] = "2";
+    } else {
+      env["RANK"] = std::to_string(r);
+      env["WORLD_SIZE"] = "2";
+    }
+    env["MASTER_ADDR"] = "127.0.0.1";
+    env["MASTER_PORT"] = std::to_string(port);
+    ranks.emplace_back(
+        bp::exe = testing::BitparityBinary(),
+        bp::args = {"worker", "--recipe", recipe, "--arm", "reference", "--out-dir", parts}, env,
+        bp::std_out > bp::null, bp::std_err > bp::null);
+  }
+  for (bp::child& c : ranks) {
+    c.wait();
+    EXPECT_EQ(c.exit_code(), 0);
+  }
+}
+
+class ClusterLaunchTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ClusterLaunchTest, HandStartedWorkersMergeIntoTheLaunchersTrace) {
+  testing::TempDir dir;
+  const std::string recipe = dir.Write("r.toml", kRecipe);
+  testing::CommandResult arm =
+      testing::RunBitparity({"arm", recipe, "--out", dir.File("launcher.h5"), "--quiet"});
+  ASSERT_EQ(arm.exit_code, 0) << arm.output;
+
+  std::filesystem::create_directories(dir.File("parts"));
+  LaunchWorkersByHand(recipe, dir.File("parts"), GetParam());
+  testing::CommandResult merge =
+      testing::RunBitparity({"merge", dir.File("parts"), "--out", dir.File("merged.h5")});
+  ASSERT_EQ(merge.exit_code, 0) << merge.output;
+  Trace merged = ReadTrace(dir.File("merged.h5"));
+  EXPECT_EQ(merged.ranks[0].attributes.at("rank_source"), GetParam() ? "slurm" : "torchrun");
+  TraceComparison c = CompareTraces(ReadTrace(dir.File("launcher.h5")), merged);
+  EXPECT_TRUE(c.identical) << c.first->Describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(Environments, ClusterLaunchTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "slurm" : "torchrun";
+                         });
+
+TEST(ClusterLaunch, MergeOfAnIncompleteWorldIsBadInput) {
+  testing::TempDir dir;
+  const std::string recipe = dir.Write("r.toml", kRecipe);
+  std::filesystem::create_directories(dir.File("parts"));
+  LaunchWorkersByHand(recipe, dir.File("parts"), false);
+  std::filesystem::remove(dir.File("parts/rank_00001.h5"));
+  testing::CommandResult merge =
+      testing::RunBitparity({"merge", dir.File("parts"), "--out", dir.File("merged.h5")});
+  EXPECT_EQ(merge.exit_code, 2) << merge.output;
+  EXPECT_NE(merge.output.find("rank_00001.h5: trace file not found"), std::string::npos)
+      << merge.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("merged.h5")));
+}
+
+}  // namespace
+}  // namespace bitparity

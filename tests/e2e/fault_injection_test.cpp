@@ -1,0 +1,88 @@
+// A crashed, hung or failing rank ends the whole group: `bitparity arm` exits 3 within the
+// recipe's timeout plus a few seconds, names the rank and how it failed, leaves no process
+// behind and writes no trace.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "tests/support/test_support.h"
+
+namespace bitparity {
+namespace {
+
+constexpr double kTimeoutSeconds = 10;
+
+const char kRecipe[] = R"(
+[model]
+hidden = 32
+heads = 4
+layers = 2
+first_k_dense = 1
+experts = 4
+topk = 2
+moe_ffn = 32
+ffn = 64
+vocab = 64
+seq_len = 16
+[parallel]
+ep = 2
+timeout_s = 10
+[train]
+micro_batch = 2
+global_batch = 8
+iterations = 4
+[arms.reference]
+engine = "reference"
+)";
+
+struct Fault {
+  std::string name;
+  std::string spec;      // BITPARITY_FAULT
+  std::string expected;  // in the launcher's message
+};
+
+class FaultInjectionTest : public ::testing::TestWithParam<Fault> {};
+
+TEST_P(FaultInjectionTest, GroupEndsWithExitThreeAndNothingLeftBehind) {
+  const Fault& fault = GetParam();
+  testing::TempDir dir;
+  const std::string recipe = dir.Write("fault.toml", kRecipe);
+  const std::string trace = dir.File("trace.h5");
+  testing::CommandResult r = testing::RunBitparity({"arm", recipe, "--out", trace, "--quiet"},
+                                                   {{"BITPARITY_FAULT", fault.spec}});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find(fault.expected), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("last lines of"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, kTimeoutSeconds + 6) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(trace));
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(name.find("trace.h5.parts"), std::string::npos) << "partial results left: " << name;
+  }
+  EXPECT_TRUE(testing::ProcessesMentioning(dir.path()).empty()) << "a rank outlived the launcher";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, FaultInjectionTest,
+    ::testing::Values(Fault{"crash", "crash,rank=1,iteration=2", "rank 1 was killed by signal 6"},
+                      Fault{"segfault", "segv,rank=0,iteration=3",
+                            "rank 0 was killed by signal 11"},
+                      Fault{"error", "error,rank=1,iteration=2", "rank 1 exited with code 1"},
+                      Fault{"startup", "startup,rank=1", "rank 1 exited with code 1"},
+                      Fault{"hang", "hang,rank=1,iteration=2", "rank 1 was still running"}),
+    [](const ::testing::TestParamInfo<Fault>& info) { return info.param.name; });
+
+TEST(FaultInjection, MalformedSwitchIsBadInput) {
+  testing::TempDir dir;
+  const std::string recipe = dir.Write("fault.toml", kRecipe);
+  testing::CommandResult r =
+      testing::RunBitparity({"arm", recipe, "--out", dir.File("t.h5"), "--quiet"},
+                            {{"BITPARITY_FAULT", "explode,rank=1"}});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("BITPARITY_FAULT: kind must be"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace bitparity

@@ -1,0 +1,95 @@
+// The hand-written pieces of the model compute what their formulas say: the fused RMSNorm's
+// forward and backward against a composite float64 reference, the aux-loss scaler's injected
+// gradient, and the deterministic dropout mask.
+
+#include "model/ops.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "core/random.h"
+
+namespace bitparity {
+namespace {
+
+at::Tensor Random(std::vector<int64_t> shape, uint64_t stream) {
+  at::Tensor t = at::empty(shape, at::kFloat);
+  Rng rng(5, {stream});
+  for (int64_t i = 0; i < t.numel(); ++i) t.data_ptr<float>()[i] = static_cast<float>(rng.Normal());
+  return t;
+}
+
+TEST(RmsNorm, MatchesCompositeReferenceInForwardAndBackward) {
+  at::Tensor x = Random({3, 5, 16}, 1).requires_grad_();
+  at::Tensor w = (Random({16}, 2) * 0.1 + 1).requires_grad_();
+  at::Tensor g = Random({3, 5, 16}, 3);
+  at::Tensor y = ops::RmsNorm(x, w, 1e-6);
+  torch::autograd::backward({y}, {g});
+
+  at::Tensor xd = x.detach().to(at::kDouble).requires_grad_();
+  at::Tensor wd = w.detach().to(at::kDouble).requires_grad_();
+  at::Tensor yd = xd * at::rsqrt(xd.pow(2).mean(-1, true) + 1e-6) * wd;
+  torch::autograd::backward({yd}, {g.to(at::kDouble)});
+
+  EXPECT_TRUE(at::allclose(y.to(at::kDouble), yd, 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(x.grad().to(at::kDouble), xd.grad(), 1e-4, 1e-5));
+  EXPECT_TRUE(at::allclose(w.grad().to(at::kDouble), wd.grad(), 1e-4, 1e-5));
+}
+
+TEST(RmsNorm, IsOneAutogradNodeForItsInput) {
+  // The funnel rule: the input reaches the norm through a single edge.
+  at::Tensor x = Random({4, 8}, 4).requires_grad_();
+  at::Tensor y = ops::RmsNorm(x * 2, Random({8}, 5).requires_grad_(), 1e-6);
+  ASSERT_TRUE(y.grad_fn());
+  int edges_to_input = 0;
+  for (const auto& edge : y.grad_fn()->next_edges()) {
+    if (edge.function && edge.function->name().find("Mul") != std::string::npos) ++edges_to_input;
+  }
+  EXPECT_EQ(edges_to_input, 1);
+}
+
+TEST(RmsNorm, Bf16InputGivesBf16OutputAndGradients) {
+  at::Tensor x = Random({2, 8}, 6).to(at::kBFloat16).requires_grad_();
+  at::Tensor w = at::ones({8}, at::kBFloat16).requires_grad_();
+  at::Tensor y = ops::RmsNorm(x, w, 1e-6);
+  EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+  y.sum().backward();
+  EXPECT_EQ(x.grad().scalar_type(), at::kBFloat16);
+  EXPECT_EQ(w.grad().scalar_type(), at::kBFloat16);
+}
+
+TEST(AuxLoss, ScalerInjectsTheGradScaleAsTheAuxLossGradient) {
+  at::Tensor logits = Random({4, 3}, 7).requires_grad_();
+  at::Tensor probs = at::softmax(logits, -1);
+  at::Tensor aux = (probs * probs).sum();
+  at::Tensor out = ops::AttachAuxLoss(probs, aux, 0.25);
+  EXPECT_TRUE(at::equal(out, probs));
+  out.sum().backward();
+  at::Tensor via_scaler = logits.grad().clone();
+
+  at::Tensor logits2 = logits.detach().clone().requires_grad_();
+  at::Tensor probs2 = at::softmax(logits2, -1);
+  (probs2.sum() + 0.25 * (probs2 * probs2).sum()).backward();
+  EXPECT_TRUE(at::allclose(via_scaler, logits2.grad(), 1e-6, 1e-7));
+}
+
+TEST(Dropout, MaskDependsOnlyOnTheKey) {
+  at::Tensor x = at::ones({64, 64});
+  at::Tensor a = ops::Dropout(x, 0.25, 42);
+  at::Tensor b = ops::Dropout(x, 0.25, 42);
+  at::Tensor c = ops::Dropout(x, 0.25, 43);
+  EXPECT_TRUE(at::equal(a, b));
+  EXPECT_FALSE(at::equal(a, c));
+  double kept = (a != 0).to(at::kDouble).mean().item<double>();
+  EXPECT_NEAR(kept, 0.75, 0.05);
+  EXPECT_TRUE(at::equal(ops::Dropout(x, 0.0, 1), x));
+}
+
+TEST(RollLeft, ShiftsAndFills) {
+  at::Tensor t = at::arange(6, at::kLong).reshape({2, 3});
+  at::Tensor r = ops::RollLeft(t, 1, 0);
+  EXPECT_TRUE(at::equal(r, at::tensor({1, 2, 0, 4, 5, 0}, at::kLong).reshape({2, 3})));
+}
+
+}  // namespace
+}  // namespace bitparity

@@ -1,0 +1,84 @@
+#include "tests/support/test_support.h"
+
+#include <unistd.h>
+
+#include <boost/process.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace bitparity::testing {
+
+namespace fs = std::filesystem;
+namespace bp = boost::process;
+
+TempDir::TempDir() {
+  std::random_device rd;
+  fs::path base = fs::temp_directory_path();
+  for (;;) {
+    fs::path candidate = base / ("bitparity-test-" + std::to_string(::getpid()) + "-" +
+                                 std::to_string(rd() % 1000000));
+    if (fs::create_directory(candidate)) {
+      path_ = candidate.string();
+      return;
+    }
+  }
+}
+
+TempDir::~TempDir() {
+  if (std::getenv("BITPARITY_KEEP_TEST_DIRS")) return;
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string TempDir::Write(const std::string& name, const std::string& text) const {
+  std::string path = File(name);
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+std::string SourceDir() { return BITPARITY_SOURCE_DIR; }
+std::string BitparityBinary() { return BITPARITY_BINARY; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+CommandResult RunBitparity(const std::vector<std::string>& args,
+                           const std::vector<std::pair<std::string, std::string>>& env) {
+  TempDir scratch;
+  const std::string log = scratch.File("output.log");
+  bp::environment environment = boost::this_process::environment();
+  for (const auto& [key, value] : env) environment[key] = value;
+  const auto start = std::chrono::steady_clock::now();
+  CommandResult result;
+  result.exit_code = bp::system(bp::exe = BitparityBinary(), bp::args = args, environment,
+                                (bp::std_out & bp::std_err) > log, bp::std_in < bp::null);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.output = ReadFile(log);
+  return result;
+}
+
+std::vector<int64_t> ProcessesMentioning(const std::string& needle) {
+  std::vector<int64_t> pids;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
+    for (char& c : cmdline) {
+      if (c == '\0') c = ' ';
+    }
+    if (cmdline.find(needle) != std::string::npos && std::stoll(name) != ::getpid()) {
+      pids.push_back(std::stoll(name));
+    }
+  }
+  return pids;
+}
+
+}  // namespace bitparity::testing

@@ -1,0 +1,51 @@
+#ifndef BITPARITY_TESTS_SUPPORT_TEST_SUPPORT_H_
+#define BITPARITY_TESTS_SUPPORT_TEST_SUPPORT_H_
+
+// Helpers shared by the test suites: temporary directories, running the bitparity binary as a
+// separate process, and looking for processes left behind.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace bitparity::testing {
+
+// A fresh directory under the system temp dir, removed when the object goes away.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+  // Writes `text` to `name` in the directory and returns its path.
+  std::string Write(const std::string& name, const std::string& text) const;
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+  double seconds = 0;
+};
+
+// Runs build/bitparity with `args` (and extra environment variables) and waits for it.
+CommandResult RunBitparity(const std::vector<std::string>& args,
+                           const std::vector<std::pair<std::string, std::string>>& env = {});
+
+// The repository root and the bitparity binary, as configured by CMake.
+std::string SourceDir();
+std::string BitparityBinary();
+
+// PIDs of running processes whose command line contains `needle`.
+std::vector<int64_t> ProcessesMentioning(const std::string& needle);
+
+std::string ReadFile(const std::string& path);
+
+}  // namespace bitparity::testing
+
+#endif  // BITPARITY_TESTS_SUPPORT_TEST_SUPPORT_H_

@@ -1,0 +1,23 @@
+#ifndef BITPARITY_TESTS_SUPPORT_THREAD_WORLD_H_
+#define BITPARITY_TESTS_SUPPORT_THREAD_WORLD_H_
+
+// Runs one function per rank on threads of this process, each with a real Gloo communicator
+// joined over loopback: collectives can be tested without starting processes.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "core/communicator.h"
+
+namespace bitparity::testing {
+
+// Calls body(rank, comm) on `world` threads and waits; rethrows the first exception.
+void RunOnThreadWorld(int64_t world,
+                      const std::function<void(int64_t rank, Communicator& comm)>& body);
+
+int FreePort();
+
+}  // namespace bitparity::testing
+
+#endif  // BITPARITY_TESTS_SUPPORT_THREAD_WORLD_H_

@@ -36,6 +36,12 @@ void CheckSplits(const at::Tensor& t, const std::vector<int64_t>& splits, int64_
 
 }  // namespace
 
+int64_t SteadyNanoseconds() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 at::Tensor PendingAllToAll::Wait() {
   if (!waited_ && work_) {
     try {
@@ -89,9 +95,12 @@ PendingAllToAll Communicator::StartAllToAll(const at::Tensor& input,
   std::vector<int64_t> out_shape = input.sizes().vec();
   out_shape[0] = std::accumulate(recv_splits.begin(), recv_splits.end(), int64_t{0});
   PendingAllToAll pending;
+  pending.started_ns_ = SteadyNanoseconds();
+  pending.completed_ns_ = std::make_shared<std::atomic<int64_t>>(0);
   if (world_size_ == 1) {
     CheckSplits(input, recv_splits, 1, "receive");
     pending.output_ = input.clone(at::MemoryFormat::Contiguous);
+    pending.completed_ns_->store(SteadyNanoseconds());
     return pending;
   }
   at::Tensor in = input.contiguous();
@@ -103,6 +112,9 @@ PendingAllToAll Communicator::StartAllToAll(const at::Tensor& input,
   std::vector<int64_t> in_splits = send_splits;
   try {
     pending.work_ = group_->alltoall_base(out_view, in_view, out_splits, in_splits);
+    std::shared_ptr<std::atomic<int64_t>> completed = pending.completed_ns_;
+    pending.work_->getFuture()->addCallback(
+        [completed](c10::ivalue::Future&) { completed->store(SteadyNanoseconds()); });
   } catch (const std::exception& e) {
     throw InfrastructureError(std::string("all-to-all could not start: ") + e.what());
   }

@@ -8,33 +8,45 @@
 #include <ATen/ATen.h>
 #include <c10/util/intrusive_ptr.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "core/rank_context.h"
 
 namespace c10d {
 class ProcessGroup;
-class Work;
 }  // namespace c10d
 
 namespace bitparity {
 
-// An all-to-all that has been started; Wait() returns the received rows.
+// An all-to-all that has been started; Wait() returns the received rows. Records when it was
+// started and when the collective library finished it (on its own thread), so that callers can
+// tell whether it completed under other work.
 class PendingAllToAll {
  public:
   PendingAllToAll() = default;
   at::Tensor Wait();
   bool valid() const { return output_.defined(); }
 
+  // Steady-clock nanoseconds; completed_ns() is 0 until the collective has finished.
+  int64_t started_ns() const { return started_ns_; }
+  int64_t completed_ns() const { return completed_ns_ ? completed_ns_->load() : 0; }
+
  private:
   friend class Communicator;
   at::Tensor output_;
   c10::intrusive_ptr<c10d::Work> work_;
   bool waited_ = false;
+  int64_t started_ns_ = 0;
+  std::shared_ptr<std::atomic<int64_t>> completed_ns_;
 };
+
+// Steady-clock time in nanoseconds (the clock of PendingAllToAll's records).
+int64_t SteadyNanoseconds();
 
 class Communicator {
  public:

@@ -285,7 +285,7 @@ constexpr double kMaxDouble = std::numeric_limits<double>::max();
 const std::vector<std::pair<std::string, Dispatcher>> kDispatchers = {
     {"alltoall", Dispatcher::kAllToAll}, {"flex", Dispatcher::kFlex}};
 const std::vector<std::pair<std::string, EngineKind>> kEngines = {
-    {"reference", EngineKind::kReference}};
+    {"reference", EngineKind::kReference}, {"overlap", EngineKind::kOverlap}};
 
 void ReadPrecision(TableReader& r, PrecisionConfig* precision) {
   precision->recipe =
@@ -306,7 +306,10 @@ void ReadRecompute(TableReader& r, RecomputeConfig* recompute) {
       {{"uniform", RecomputeMethod::kUniform}, {"block", RecomputeMethod::kBlock}},
       &recompute->method_set);
   recompute->num_layers = r.Int("num_layers", recompute->num_layers, 1, 1 << 20);
-  r.RejectUnknown("granularity, method, num_layers");
+  recompute->unit = r.Enum<RecomputeUnit>(
+      "unit", recompute->unit,
+      {{"segment", RecomputeUnit::kSegment}, {"chunk", RecomputeUnit::kChunk}});
+  r.RejectUnknown("granularity, method, num_layers, unit");
 }
 
 void ReadModel(TableReader& r, ModelConfig* m) {
@@ -410,10 +413,10 @@ void ValidateShapes(const Recipe& recipe, Diagnostics* diag) {
 }
 
 void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
-  const std::string where = arm.name.empty() ? "[recompute]" : "[arms." + arm.name + "]";
+  const std::string where = "[arms." + arm.name + "]";
   const RecomputeConfig& rc = arm.recompute;
   const ModelConfig& m = recipe.model;
-  if (rc.full()) {
+  if (rc.full() && rc.unit == RecomputeUnit::kSegment) {
     if (!rc.method_set) {
       diag->Add(where,
                 "recompute method must be set (\"uniform\" or \"block\") when "
@@ -428,10 +431,30 @@ void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) 
                 "[model] mtp_layers > 0, got " +
                     std::to_string(rc.num_layers));
     }
-    if (m.dropout != 0.0) {
-      diag->Add(where, "[model] dropout must be 0 when recomputing (granularity \"full\"), got " +
-                           std::to_string(m.dropout));
-    }
+  }
+  if (rc.full() && m.dropout != 0.0) {
+    diag->Add(where, "[model] dropout must be 0 when recomputing (granularity \"full\"), got " +
+                         std::to_string(m.dropout));
+  }
+  if (arm.engine != EngineKind::kOverlap) return;
+  // Megatron's rules for --overlap-moe-expert-parallel-comm.
+  if (m.mtp_layers > 1) {
+    diag->Add(where, "the overlap engine supports [model] mtp_layers 0 or 1, got " +
+                         std::to_string(m.mtp_layers));
+  }
+  if (rc.full() && recipe.parallel.ep < 2) {
+    diag->Add(where,
+              "the overlap engine with full recompute needs [parallel] ep > 1 (the "
+              "all-to-all it overlaps), got ep = " +
+                  std::to_string(recipe.parallel.ep));
+  }
+  const bool fp8 = arm.precision.recipe == PrecisionRecipe::kBlockwise ||
+                   arm.precision.recipe == PrecisionRecipe::kMxfp8;
+  if (rc.full() && fp8 && arm.precision.fp8_scaling == Fp8Scaling::kDelayed) {
+    diag->Add(where,
+              "delayed-scaling FP8 cannot be used by the overlap engine with full "
+              "recompute: the segment replay would update the amax history a second time; "
+              "use fp8_scaling = \"current\"");
   }
 }
 
@@ -444,7 +467,7 @@ ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recip
   arm.dispatcher = base.model.dispatcher;
   const std::string where = "[arms." + name + "]";
   TableReader r(table, where, diag);
-  if (!r.Has("engine")) r.Error("engine", "must be set (\"reference\")");
+  if (!r.Has("engine")) r.Error("engine", "must be set (\"reference\" or \"overlap\")");
   arm.engine = r.Enum<EngineKind>("engine", EngineKind::kReference, kEngines);
   arm.dispatcher = r.Enum<Dispatcher>("dispatcher", arm.dispatcher, kDispatchers);
   if (const toml::table* t = r.SubTable("recompute")) {
@@ -546,17 +569,7 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
   // Cross-key rules only make sense once every key parsed.
   if (diag.empty()) {
     ValidateShapes(recipe, &diag);
-    RecomputeConfig top_level = recipe.recompute;
-    ArmConfig defaults;
-    defaults.recompute = top_level;
-    ValidateArm(recipe, defaults, &diag);
-    for (const ArmConfig& arm : recipe.arms) {
-      if (arm.recompute.full() != top_level.full() || arm.recompute.method != top_level.method ||
-          arm.recompute.num_layers != top_level.num_layers ||
-          arm.recompute.method_set != top_level.method_set) {
-        ValidateArm(recipe, arm, &diag);
-      }
-    }
+    for (const ArmConfig& arm : recipe.arms) ValidateArm(recipe, arm, &diag);
   }
   diag.ThrowIfAny();
   return recipe;

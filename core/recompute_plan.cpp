@@ -17,6 +17,13 @@ RecomputePlan BuildRecomputePlan(const RecomputeConfig& recompute, int64_t decod
   RecomputePlan plan;
   plan.segment_of_layer.assign(static_cast<size_t>(decoder_layers + mtp_layers), -1);
   if (!recompute.full()) return plan;
+  if (recompute.unit == RecomputeUnit::kChunk) {
+    // The older overlap behaviour: the whole model chunk (every decoder and MTP layer) is one
+    // unit, replayed at once before the chunk's backward.
+    plan.segments.push_back({0, decoder_layers + mtp_layers, false});
+    std::fill(plan.segment_of_layer.begin(), plan.segment_of_layer.end(), 0);
+    return plan;
+  }
   if (!recompute.method_set) {
     throw InputError("recompute: method must be \"uniform\" or \"block\" with full recompute");
   }

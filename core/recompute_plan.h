@@ -8,6 +8,7 @@
 //              depth is its own segment; with MTP, k must be 1.
 //   block k:   the first k decoder layers, one segment each; the remaining decoder layers keep
 //              their activations; MTP layers are not recomputed (a warning says so).
+//   unit "chunk" (comparison mode): one segment holding every decoder and MTP layer.
 // Layers are numbered decoder 0..L-1, then MTP depth d as L+d.
 
 #include <cstdint>
@@ -21,7 +22,7 @@ namespace bitparity {
 struct LayerSegment {
   int64_t first_layer = 0;
   int64_t num_layers = 0;
-  bool mtp = false;  // an MTP depth (always exactly one layer)
+  bool mtp = false;  // an MTP depth (exactly one layer; false for a whole-chunk segment)
 
   int64_t last_layer() const { return first_layer + num_layers - 1; }
 };

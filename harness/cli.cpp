@@ -127,10 +127,12 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
   return kExitPass;
 }
 
-int Diff(const std::string& path_a, const std::string& path_b) {
+int Diff(const std::string& path_a, const std::string& path_b, int64_t show) {
   Trace a = ReadTrace(path_a);
   Trace b = ReadTrace(path_b);
-  TraceComparison c = CompareTraces(a, b);
+  CompareScope scope;
+  scope.keep = std::max<int64_t>(1, show);
+  TraceComparison c = CompareTraces(a, b, scope);
   if (c.identical) {
     std::printf("identical: %zu rank(s), %zu iterations, %lld records compared bit for bit\n",
                 a.ranks.size(), a.ranks[0].iterations.size(),
@@ -144,6 +146,7 @@ int Diff(const std::string& path_a, const std::string& path_b) {
   std::printf("DIFFERENT: first difference at %s\n", c.first->Describe().c_str());
   std::printf("%lld of %lld records differ\n", static_cast<long long>(c.differing_records),
               static_cast<long long>(c.compared_records));
+  for (size_t i = 1; i < c.kept.size(); ++i) std::printf("  %s\n", c.kept[i].Describe().c_str());
   return kExitCheckFailed;
 }
 
@@ -190,10 +193,13 @@ int RunCli(int argc, char** argv) {
   arm->footer(kExitCodesHelp);
 
   std::string diff_a, diff_b;
+  int64_t diff_show = 1;
   CLI::App* diff = app.add_subcommand(
       "diff", "Compare two traces record by record and name the first difference");
   diff->add_option("A", diff_a, "First trace (.h5)")->required();
   diff->add_option("B", diff_b, "Second trace (.h5)")->required();
+  diff->add_option("--show", diff_show, "How many differences to list (default 1: the first)")
+      ->check(CLI::Range(1, 1000000));
   diff->footer("Exit codes: 0 bit-identical, 1 different, 2 unreadable or invalid trace.");
 
   std::string merge_dir, merge_out;
@@ -216,7 +222,7 @@ int RunCli(int argc, char** argv) {
   try {
     if (*validate) return Validate(validate_recipe);
     if (*arm) return RunArm(arm_options, JoinArgs(argc, argv));
-    if (*diff) return Diff(diff_a, diff_b);
+    if (*diff) return Diff(diff_a, diff_b, diff_show);
     if (*merge) return Merge(merge_dir, merge_out);
   } catch (const InputError& e) {
     std::cerr << "error: " << e.what() << std::endl;

@@ -74,6 +74,7 @@ class Comparer {
   void Report(Difference d) {
     result_.identical = false;
     ++result_.differing_records;
+    if (static_cast<int64_t>(result_.kept.size()) < scope_.keep) result_.kept.push_back(d);
     if (!result_.first) result_.first = std::move(d);
   }
 

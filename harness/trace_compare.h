@@ -52,11 +52,13 @@ struct CompareScope {
   bool losses = true;  // loss, lm_loss, mtp_loss, aux_loss
   bool grads = true;   // grad_norm, grad digests, grad dumps
   bool params = true;  // learning_rate, parameter digests
+  int64_t keep = 1;    // how many differences to keep (the first ones, in comparison order)
 };
 
 struct TraceComparison {
   bool identical = true;
   std::optional<Difference> first;
+  std::vector<Difference> kept;  // the first CompareScope::keep differences
   int64_t differing_records = 0;
   int64_t compared_records = 0;
 };

@@ -9,6 +9,7 @@
 #include "core/digest.h"
 #include "core/errors.h"
 #include "core/memory.h"
+#include "overlap_impl/overlap_engine.h"
 #include "reference/reference_engine.h"
 
 namespace bitparity {
@@ -19,12 +20,13 @@ uint64_t TensorDigest(const at::Tensor& t) {
   return Digest(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
 }
 
-std::unique_ptr<Engine> MakeEngine(const ArmConfig& arm, GptModel* model) {
+std::unique_ptr<Engine> MakeEngine(const ArmConfig& arm, GptModel* model, int64_t microbatches,
+                                   const OverlapBugs& bugs) {
   switch (arm.engine) {
     case EngineKind::kReference:
       return std::make_unique<ReferenceEngine>(model, arm.recompute);
     case EngineKind::kOverlap:
-      break;
+      return std::make_unique<OverlapEngine>(model, arm.recompute, microbatches, bugs);
   }
   throw InputError(std::string("arm '") + arm.name + "': engine '" + ToString(arm.engine) +
                    "' is not available in this build");
@@ -33,7 +35,7 @@ std::unique_ptr<Engine> MakeEngine(const ArmConfig& arm, GptModel* model) {
 }  // namespace
 
 Trainer::Trainer(const Recipe& recipe, const ArmConfig& arm, const ParallelLayout& layout,
-                 std::shared_ptr<Communicator> comm)
+                 std::shared_ptr<Communicator> comm, const OverlapBugs& bugs)
     : recipe_(recipe),
       arm_(arm),
       layout_(layout),
@@ -45,7 +47,7 @@ Trainer::Trainer(const Recipe& recipe, const ArmConfig& arm, const ParallelLayou
       1.0 / static_cast<double>(recipe.microbatches_per_rank() * layout.dp_size);
   model_ = std::make_unique<GptModel>(config, layout, arm.precision.recipe, arm.dispatcher,
                                       recipe.train.seed, loss_grad_scale, comm_);
-  engine_ = MakeEngine(arm, model_.get());
+  engine_ = MakeEngine(arm, model_.get(), recipe.microbatches_per_rank(), bugs);
   optimizer_ = std::make_unique<AdamOptimizer>(recipe.train, &model_->parameters());
   warnings_ = engine_->warnings();
 }

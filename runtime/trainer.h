@@ -18,6 +18,7 @@
 #include "core/trace.h"
 #include "model/engine.h"
 #include "model/gpt.h"
+#include "overlap_impl/chunk_schedule.h"
 #include "runtime/optimizer.h"
 
 namespace bitparity {
@@ -36,8 +37,9 @@ struct GradPerturbation {
 
 class Trainer {
  public:
+  // `bugs` re-creates known overlap-arm bugs for the tests that prove they are caught.
   Trainer(const Recipe& recipe, const ArmConfig& arm, const ParallelLayout& layout,
-          std::shared_ptr<Communicator> comm);
+          std::shared_ptr<Communicator> comm, const OverlapBugs& bugs = OverlapBugs());
   ~Trainer();
 
   // Runs 1-based `iteration` and returns its record (grad dumps go to `dumps` if non-null).

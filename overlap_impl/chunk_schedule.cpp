@@ -1,0 +1,397 @@
+#include "overlap_impl/chunk_schedule.h"
+
+#include <torch/torch.h>
+
+#include <mutex>
+#include <sstream>
+
+#include "core/errors.h"
+
+namespace bitparity {
+
+OverlapBugs OverlapBugs::Parse(const std::string& names) {
+  OverlapBugs bugs;
+  std::stringstream in(names);
+  std::string name;
+  while (std::getline(in, name, ',')) {
+    if (name.empty()) continue;
+    if (name == "stale_routing_metadata") {
+      bugs.stale_routing_metadata = true;
+    } else if (name == "skip_snapshot_restore") {
+      bugs.skip_snapshot_restore = true;
+    } else if (name == "mtp_post_outside_segment") {
+      bugs.mtp_post_outside_segment = true;
+    } else if (name == "flush_per_backward_call") {
+      bugs.flush_per_backward_call = true;
+    } else {
+      throw InputError("BITPARITY_OVERLAP_BUG: unknown bug '" + name +
+                       "' (known: stale_routing_metadata, skip_snapshot_restore, "
+                       "mtp_post_outside_segment, flush_per_backward_call)");
+    }
+  }
+  return bugs;
+}
+
+bool OverlapBugs::any() const {
+  return stale_routing_metadata || skip_snapshot_restore || mtp_post_outside_segment ||
+         flush_per_backward_call;
+}
+
+namespace {
+
+at::Tensor RngState() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void SetRngState(const at::Tensor& state) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// LayerSchedule
+
+LayerSchedule::LayerSchedule(OverlapContext* context, ChunkSchedule* chunk, int64_t layer)
+    : context_(context), chunk_(chunk), layer_(layer) {
+  const CombinedStepPlan& plan = *context->plan;
+  const GptWeights& w = context->model->weights();
+  moe_ = plan.layer_is_moe[layer];
+  mtp_ = plan.is_mtp(layer);
+  last_decoder_ = layer == plan.decoder_layers - 1;
+  last_mtp_ = layer == plan.layers() - 1 && mtp_;
+  mtp_weights_ = mtp_ ? &w.mtp[layer - plan.decoder_layers] : nullptr;
+  weights_ = mtp_ ? &mtp_weights_->layer : &w.layers[layer];
+  if (context->timeline) {
+    auto record = [this](const AllToAllNode& node, bool backward) {
+      const AllToAllNode::Timing& t = node.last_timing();
+      TimelineEvent e;
+      e.node = node.name();
+      e.phase = backward ? "backward" : "forward";
+      e.microbatch = chunk_->state().microbatch;
+      e.layer = layer_;
+      e.comm = true;
+      e.begin_ns = t.started_ns;
+      e.end_ns = t.wait_end_ns;
+      e.completed_ns = t.completed_ns;
+      e.wait_begin_ns = t.wait_begin_ns;
+      context_->timeline->push_back(e);
+    };
+    dispatch_.on_finished = record;
+    combine_comm_.on_finished = record;
+  }
+}
+
+void LayerSchedule::Record(const char* node, const char* phase, int64_t begin_ns) {
+  if (!context_->timeline) return;
+  TimelineEvent e;
+  e.node = node;
+  e.phase = phase;
+  e.microbatch = chunk_->state().microbatch;
+  e.layer = layer_;
+  e.begin_ns = begin_ns;
+  e.end_ns = SteadyNanoseconds();
+  context_->timeline->push_back(e);
+}
+
+void LayerSchedule::SetForwardNoGrad(bool no_grad) {
+  attn_.set_forward_no_grad(no_grad);
+  mlp_.set_forward_no_grad(no_grad);
+  combine_.set_forward_no_grad(no_grad);
+  mtp_post_.set_forward_no_grad(no_grad && !context_->bugs.mtp_post_outside_segment);
+}
+
+const std::vector<int64_t>& LayerSchedule::SendSplits() const { return routing_->send_splits; }
+const std::vector<int64_t>& LayerSchedule::RecvSplits() const { return routing_->recv_splits; }
+
+void LayerSchedule::AttnForward(const at::Tensor& input) {
+  const int64_t begin = SteadyNanoseconds();
+  GptModel* model = context_->model;
+  ChunkState& state = chunk_->state();
+  MicrobatchLosses* losses = &chunk_->losses();
+  const bool first_mtp = mtp_ && layer_ == context_->plan->decoder_layers;
+  attn_.Forward({input}, [&](ComputeNode& node, const std::vector<at::Tensor>& in) {
+    at::Tensor x = in[0];
+    if (mtp_) {
+      // The MTP depth's prologue joins attn; its input (the decoder output) also feeds the
+      // main loss, through mtp_hidden_states and mtp_post_process's concatenation.
+      if (first_mtp) state.mtp_hidden_states = {in[0]};
+      at::Tensor embedding = model->MtpEmbedding(&state);
+      x = model->MtpPrologue(*mtp_weights_, embedding, in[0]);
+    }
+    LayerAttentionOutput out = model->LayerAttention(*weights_, x, state, losses);
+    residual_ = node.DetachSide(out.residual);
+    if (!moe_) return std::vector<at::Tensor>{out.mlp_input};
+    routing_ = out.plan;
+    if (context_->bugs.stale_routing_metadata) context_->shared_routing[layer_] = out.plan;
+    std::vector<at::Tensor> outputs{out.payload.tokens, out.payload.probs};
+    if (out.payload.route_mask.defined()) outputs.push_back(out.payload.route_mask);
+    return outputs;
+  });
+  Record("attn", "forward", begin);
+}
+
+void LayerSchedule::DispatchForward() {
+  if (!moe_) return;
+  const std::vector<at::Tensor>& out = attn_.outputs();
+  std::vector<at::Tensor> metadata;
+  if (out.size() > 2) metadata.push_back(out[2]);
+  dispatch_.StartForward(&context_->model->comm(), {out[0], out[1]}, metadata, SendSplits(),
+                         RecvSplits());
+}
+
+void LayerSchedule::MlpForward() {
+  GptModel* model = context_->model;
+  if (!moe_) {
+    const int64_t begin = SteadyNanoseconds();
+    mlp_.Forward({attn_.outputs()[0]}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
+      return std::vector<at::Tensor>{model->LayerDenseMlp(*weights_, in[0])};
+    });
+    Record("mlp", "forward", begin);
+    return;
+  }
+  std::vector<at::Tensor> received = dispatch_.FinishForward();
+  const int64_t begin = SteadyNanoseconds();
+  at::Tensor mask = received.size() > 2 ? received[2] : at::Tensor();
+  mlp_.Forward({received[0], received[1]}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
+    DispatchPayload payload{in[0], in[1], mask};
+    return std::vector<at::Tensor>{model->LayerExperts(*weights_, payload, *routing_)};
+  });
+  Record("mlp", "forward", begin);
+}
+
+void LayerSchedule::CombineForward() {
+  if (moe_) {
+    combine_comm_.StartForward(&context_->model->comm(), {mlp_.outputs()[0]}, {}, RecvSplits(),
+                               SendSplits());
+  }
+  combine_pending_ = true;
+}
+
+void LayerSchedule::FinishCombine() {
+  if (!combine_pending_) return;
+  combine_pending_ = false;
+  at::Tensor rows = moe_ ? combine_comm_.FinishForward()[0] : mlp_.outputs()[0];
+  const int64_t begin = SteadyNanoseconds();
+  GptModel* model = context_->model;
+  const ChunkState& state = chunk_->state();
+  combine_.Forward({rows}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
+    at::Tensor out =
+        model->LayerCombine(*weights_, in[0], residual_, moe_ ? routing_.get() : nullptr, state);
+    if (last_decoder_) out = model->FinalNorm(out);
+    return std::vector<at::Tensor>{out};
+  });
+  Record("moe_combine", "forward", begin);
+  // The tail of a recompute segment hands a grad-requiring tensor to its consumer, so that the
+  // consumer's backward returns the gradient the replayed segment starts from.
+  const bool combine_ends_segment = !mtp_ || context_->bugs.mtp_post_outside_segment;
+  if (segment_tail_ && combine_ends_segment && combine_.forward_no_grad()) {
+    const_cast<at::Tensor&>(combine_.outputs()[0]).requires_grad_(true);
+  }
+}
+
+void LayerSchedule::MtpPostProcessForward() {
+  FinishCombine();
+  const int64_t begin = SteadyNanoseconds();
+  GptModel* model = context_->model;
+  ChunkState& state = chunk_->state();
+  const bool last = last_mtp_;
+  mtp_post_.Forward({combine_.outputs()[0]}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
+    at::Tensor normed = model->MtpFinalNorm(*mtp_weights_, in[0]);
+    state.mtp_hidden_states.push_back(normed);
+    if (!last) return std::vector<at::Tensor>{normed};
+    at::Tensor joined = at::cat(state.mtp_hidden_states, 0);
+    state.mtp_hidden_states.clear();
+    return std::vector<at::Tensor>{joined};
+  });
+  Record("mtp_post_process", "forward", begin);
+  const at::Tensor& out = mtp_post_.outputs()[0];
+  if (segment_tail_ && !out.requires_grad()) const_cast<at::Tensor&>(out).requires_grad_(true);
+}
+
+const at::Tensor& LayerSchedule::Output() {
+  FinishCombine();
+  return mtp_ ? mtp_post_.outputs()[0] : combine_.outputs()[0];
+}
+
+at::Tensor LayerSchedule::MtpPostProcessBackward(const at::Tensor& grad) {
+  const int64_t begin = SteadyNanoseconds();
+  at::Tensor g = mtp_post_.Backward({grad})[0];
+  Record("mtp_post_process", "backward", begin);
+  return g;
+}
+
+void LayerSchedule::CombineBackward(const at::Tensor& grad) {
+  const int64_t begin = SteadyNanoseconds();
+  at::Tensor g = combine_.Backward({grad})[0];
+  Record("moe_combine", "backward", begin);
+  if (!moe_) {
+    mlp_input_grads_ = {g};  // the dense MLP output's gradient, for MlpBackward
+    return;
+  }
+  if (context_->bugs.stale_routing_metadata) {
+    const RoutingPlan& shared = *context_->shared_routing[layer_];
+    combine_comm_.OverrideSplits(shared.recv_splits, shared.send_splits);
+  }
+  combine_comm_.StartBackward({g});
+}
+
+void LayerSchedule::MlpBackward() {
+  std::vector<at::Tensor> g =
+      moe_ ? combine_comm_.FinishBackward() : std::vector<at::Tensor>{mlp_input_grads_[0]};
+  const int64_t begin = SteadyNanoseconds();
+  mlp_input_grads_ = mlp_.Backward(g);
+  Record("mlp", "backward", begin);
+}
+
+void LayerSchedule::DispatchBackward() {
+  if (!moe_) return;
+  if (context_->bugs.stale_routing_metadata) {
+    const RoutingPlan& shared = *context_->shared_routing[layer_];
+    dispatch_.OverrideSplits(shared.send_splits, shared.recv_splits);
+  }
+  dispatch_.StartBackward(mlp_input_grads_);
+}
+
+at::Tensor LayerSchedule::AttnBackward() {
+  std::vector<at::Tensor> g = moe_ ? dispatch_.FinishBackward() : mlp_input_grads_;
+  const int64_t begin = SteadyNanoseconds();
+  at::Tensor input_grad = attn_.Backward(g)[0];
+  Record("attn", "backward", begin);
+  Release();
+  return input_grad;
+}
+
+void LayerSchedule::Release() {
+  attn_.Release();
+  dispatch_.Release();
+  mlp_.Release();
+  combine_comm_.Release();
+  combine_.Release();
+  mtp_post_.Release();
+  routing_.reset();
+  residual_ = at::Tensor();
+  combine_pending_ = false;
+  mlp_input_grads_.clear();
+}
+
+bool LayerSchedule::holds_tensors() const {
+  return attn_.holds_tensors() || dispatch_.holds_tensors() || mlp_.holds_tensors() ||
+         combine_comm_.holds_tensors() || combine_.holds_tensors() || mtp_post_.holds_tensors() ||
+         routing_ || residual_.defined() || !mlp_input_grads_.empty();
+}
+
+// ---------------------------------------------------------------------------------------------
+// RecomputeSegment
+
+void RecomputeSegment::Capture(const at::Tensor& input, const ChunkState& state) {
+  input_ = input;
+  snapshot_input_ids_ = state.input_ids;
+  snapshot_mtp_hidden_ = state.mtp_hidden_states;
+  rng_state_ = RngState();
+}
+
+void RecomputeSegment::Replay(ChunkSchedule* chunk, const OverlapBugs& bugs) {
+  ChunkState& state = chunk->state();
+  if (!bugs.skip_snapshot_restore) {
+    state.input_ids = snapshot_input_ids_;
+    state.mtp_hidden_states = snapshot_mtp_hidden_;
+  }
+  if (!input_.requires_grad()) input_.requires_grad_(true);
+  const at::Tensor ambient = RngState();
+  SetRngState(rng_state_);
+  for (int64_t l = spec_.first_layer; l <= spec_.last_layer(); ++l) {
+    LayerSchedule& layer = chunk->layer(l);
+    layer.SetForwardNoGrad(false);
+    layer.AttnForward(l == spec_.first_layer ? input_ : chunk->layer(l - 1).Output());
+    layer.DispatchForward();
+    layer.MlpForward();
+    layer.CombineForward();
+    if (chunk->context()->plan->is_mtp(l)) {
+      if (!bugs.mtp_post_outside_segment) layer.MtpPostProcessForward();
+    } else {
+      layer.Output();
+    }
+  }
+  SetRngState(ambient);
+}
+
+void RecomputeSegment::Release() {
+  input_ = at::Tensor();
+  snapshot_input_ids_ = at::Tensor();
+  snapshot_mtp_hidden_.clear();
+  rng_state_ = at::Tensor();
+}
+
+// ---------------------------------------------------------------------------------------------
+// ChunkSchedule
+
+ChunkSchedule::ChunkSchedule(OverlapContext* context, ChunkState state)
+    : context_(context), state_(std::move(state)) {
+  const CombinedStepPlan& plan = *context->plan;
+  for (int64_t l = 0; l < plan.layers(); ++l) {
+    layers_.push_back(std::make_unique<LayerSchedule>(context, this, l));
+  }
+  for (const LayerSegment& spec : plan.recompute.segments) {
+    segments_.emplace_back(spec);
+    for (int64_t l = spec.first_layer; l <= spec.last_layer(); ++l) {
+      layers_[l]->SetForwardNoGrad(true);
+    }
+    layers_[spec.last_layer()]->set_segment_tail(true);
+  }
+}
+
+void ChunkSchedule::PreProcessForward() {
+  GptModel* model = context_->model;
+  pre_process_.Forward({state_.input_ids}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{model->Embed(in[0])};
+  });
+}
+
+at::Tensor ChunkSchedule::LayerInput(int64_t layer) {
+  return layer == 0 ? pre_process_.outputs()[0] : layers_[layer - 1]->Output();
+}
+
+void ChunkSchedule::PostProcessForward() {
+  GptModel* model = context_->model;
+  const int64_t depths = context_->plan->mtp_layers;
+  at::Tensor hidden = layers_.back()->Output();
+  post_process_.Forward({hidden}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
+    std::vector<at::Tensor> chunks = in[0].chunk(1 + depths, 0);
+    std::vector<at::Tensor> mtp(chunks.begin() + 1, chunks.end());
+    model->PostProcess(chunks[0], mtp, state_, &losses_);
+    return std::vector<at::Tensor>{losses_.objective};
+  });
+}
+
+void ChunkSchedule::PostProcessBackward() {
+  at::Tensor seed =
+      at::full({}, context_->model->loss_grad_scale(), post_process_.outputs()[0].options());
+  losses_.objective = at::Tensor();
+  backward_grad_ = post_process_.Backward({seed})[0];
+}
+
+void ChunkSchedule::PreProcessBackward() {
+  pre_process_.Backward({backward_grad_});
+  backward_grad_ = at::Tensor();
+}
+
+void ChunkSchedule::ReleaseRecomputedActivations() {
+  for (const LayerSegment& spec : context_->plan->recompute.segments) {
+    for (int64_t l = spec.first_layer; l <= spec.last_layer(); ++l) layers_[l]->Release();
+  }
+}
+
+bool ChunkSchedule::holds_tensors() const {
+  if (pre_process_.holds_tensors() || post_process_.holds_tensors()) return true;
+  for (const auto& layer : layers_) {
+    if (layer->holds_tensors()) return true;
+  }
+  return false;
+}
+
+}  // namespace bitparity

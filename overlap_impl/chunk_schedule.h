@@ -1,0 +1,181 @@
+#ifndef BITPARITY_OVERLAP_IMPL_CHUNK_SCHEDULE_H_
+#define BITPARITY_OVERLAP_IMPL_CHUNK_SCHEDULE_H_
+
+// The per-microbatch side of the overlap arm (Megatron's TransformerModelChunkSchedulePlan):
+// a ChunkSchedule owns one microbatch's chunk state, its pre- and post-process nodes, one
+// LayerSchedule per decoder and MTP layer (attn, moe_dispatch, mlp, moe_combine and
+// mtp_post_process nodes plus the layer state they share) and its RecomputeSegments. The
+// combined-step runner calls these operations in the order of the CombinedStepPlan.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+#include "overlap_impl/combined_step_plan.h"
+#include "overlap_impl/schedule_node.h"
+
+namespace bitparity {
+
+// Test hooks that bring back, one at a time, the silent bugs met while building the overlap
+// path (research/parity-prototype.md and the seed); the parity tests show each is caught.
+// Set from BITPARITY_OVERLAP_BUG (comma-separated names) or directly in tests.
+struct OverlapBugs {
+  bool stale_routing_metadata = false;    // backward all-to-alls read a per-layer shared plan
+  bool skip_snapshot_restore = false;     // replay does not restore the chunk-state snapshot
+  bool mtp_post_outside_segment = false;  // mtp_post_process left out of the recompute scope
+  bool flush_per_backward_call = false;   // main-grad flush after every node backward call
+
+  static OverlapBugs Parse(const std::string& names);  // InputError on an unknown name
+  bool any() const;
+};
+
+// One all-to-all or compute interval of the iteration, for the overlap timeline.
+struct TimelineEvent {
+  std::string node;  // e.g. "moe_dispatch"
+  std::string phase;
+  int64_t microbatch = 0;
+  int64_t layer = -1;
+  bool comm = false;
+  int64_t begin_ns = 0;       // compute: start; comm: when the all-to-all was started
+  int64_t end_ns = 0;         // compute: end; comm: when its result had been waited for
+  int64_t completed_ns = 0;   // comm: when the collective library finished it
+  int64_t wait_begin_ns = 0;  // comm: when the schedule started to wait for it
+};
+
+class ChunkSchedule;
+
+// What every chunk schedule of an engine shares.
+struct OverlapContext {
+  GptModel* model = nullptr;
+  const CombinedStepPlan* plan = nullptr;
+  OverlapBugs bugs;
+  std::vector<TimelineEvent>* timeline = nullptr;  // optional
+  // Only for OverlapBugs::stale_routing_metadata: the last plan built for each layer.
+  std::vector<std::shared_ptr<const RoutingPlan>> shared_routing;
+};
+
+class LayerSchedule {
+ public:
+  LayerSchedule(OverlapContext* context, ChunkSchedule* chunk, int64_t layer);
+
+  // Forward operations, in schedule order. The combine's all-to-all result is waited for, and
+  // its epilogue (unpermute, residual, final norm) run, when Output() is first needed.
+  void AttnForward(const at::Tensor& input);
+  void DispatchForward();
+  void MlpForward();
+  void CombineForward();
+  void MtpPostProcessForward();
+  const at::Tensor& Output();
+
+  // Backward operations, in schedule order; `grad` is the gradient of the layer's output.
+  at::Tensor MtpPostProcessBackward(const at::Tensor& grad);
+  void CombineBackward(const at::Tensor& grad);
+  void MlpBackward();
+  void DispatchBackward();
+  at::Tensor AttnBackward();  // the gradient of the layer's input
+
+  // Recomputed layers run their initial forward without building graphs.
+  void SetForwardNoGrad(bool no_grad);
+  void set_segment_tail(bool tail) { segment_tail_ = tail; }
+  void Release();
+  bool holds_tensors() const;
+  int64_t index() const { return layer_; }
+
+ private:
+  void FinishCombine();
+  const std::vector<int64_t>& SendSplits() const;
+  const std::vector<int64_t>& RecvSplits() const;
+  void Record(const char* node, const char* phase, int64_t begin_ns);
+
+  OverlapContext* context_;
+  ChunkSchedule* chunk_;
+  int64_t layer_;
+  bool moe_;
+  bool mtp_;
+  bool last_decoder_;
+  bool last_mtp_;
+  bool segment_tail_ = false;
+  const LayerWeights* weights_;
+  const MtpWeights* mtp_weights_;
+
+  ComputeNode attn_{"attn"};
+  AllToAllNode dispatch_{"moe_dispatch"};
+  ComputeNode mlp_{"mlp"};
+  AllToAllNode combine_comm_{"moe_combine"};
+  ComputeNode combine_{"moe_combine"};
+  ComputeNode mtp_post_{"mtp_post_process"};
+
+  // Layer state shared by this layer's nodes for this microbatch only.
+  std::shared_ptr<const RoutingPlan> routing_;
+  at::Tensor residual_;  // the attention residual, detached by attn, consumed by combine
+  bool combine_pending_ = false;
+  std::vector<at::Tensor> mlp_input_grads_;
+};
+
+// A group of consecutive layers whose activations are rebuilt right before their backward.
+class RecomputeSegment {
+ public:
+  explicit RecomputeSegment(const LayerSegment& spec) : spec_(spec) {}
+
+  // Before the head layer's forward: keep its input, the mutable chunk state and the RNG.
+  void Capture(const at::Tensor& input, const ChunkState& state);
+  // Before the tail layer's backward: restore the snapshot and replay every layer's forward with
+  // grad enabled from the kept input (the replay's all-to-alls are exposed).
+  void Replay(ChunkSchedule* chunk, const OverlapBugs& bugs);
+  // After the head layer's backward.
+  void Release();
+
+  bool holds_input() const { return input_.defined(); }
+  const LayerSegment& spec() const { return spec_; }
+
+ private:
+  LayerSegment spec_;
+  at::Tensor input_;
+  at::Tensor snapshot_input_ids_;
+  std::vector<at::Tensor> snapshot_mtp_hidden_;
+  at::Tensor rng_state_;
+};
+
+class ChunkSchedule {
+ public:
+  ChunkSchedule(OverlapContext* context, ChunkState state);
+
+  void PreProcessForward();
+  void PostProcessForward();
+  void PostProcessBackward();
+  void PreProcessBackward();
+  // The input of `layer`: the embedding or the previous layer's output.
+  at::Tensor LayerInput(int64_t layer);
+  // After the chunk step of the forward: recomputed layers keep nothing.
+  void ReleaseRecomputedActivations();
+
+  LayerSchedule& layer(int64_t index) { return *layers_[index]; }
+  RecomputeSegment& segment(int64_t index) { return segments_[index]; }
+  size_t segment_count() const { return segments_.size(); }
+  size_t layer_count() const { return layers_.size(); }
+  bool holds_tensors() const;  // anything but the kept segment inputs
+
+  OverlapContext* context() { return context_; }
+  ChunkState& state() { return state_; }
+  MicrobatchLosses& losses() { return losses_; }
+  at::Tensor& backward_grad() { return backward_grad_; }
+
+ private:
+  OverlapContext* context_;
+  ChunkState state_;
+  MicrobatchLosses losses_;
+  ComputeNode pre_process_{"pre_process"};
+  ComputeNode post_process_{"post_process"};
+  std::vector<std::unique_ptr<LayerSchedule>> layers_;
+  std::vector<RecomputeSegment> segments_;
+  at::Tensor backward_grad_;  // the gradient flowing down through the layers
+};
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_OVERLAP_IMPL_CHUNK_SCHEDULE_H_

@@ -1,0 +1,220 @@
+#include "overlap_impl/combined_step_plan.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace bitparity {
+
+const char* ToString(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::kPreProcess:
+      return "pre_process";
+    case NodeKind::kAttn:
+      return "attn";
+    case NodeKind::kDispatch:
+      return "moe_dispatch";
+    case NodeKind::kMlp:
+      return "mlp";
+    case NodeKind::kCombine:
+      return "moe_combine";
+    case NodeKind::kMtpPostProcess:
+      return "mtp_post_process";
+    case NodeKind::kPostProcess:
+      return "post_process";
+    case NodeKind::kSegment:
+      return "segment";
+    case NodeKind::kChunk:
+      return "chunk";
+  }
+  return "?";
+}
+
+const char* ToString(Phase phase) {
+  switch (phase) {
+    case Phase::kForward:
+      return "forward";
+    case Phase::kBackward:
+      return "backward";
+    case Phase::kCapture:
+      return "capture";
+    case Phase::kReplay:
+      return "replay";
+    case Phase::kRelease:
+      return "release";
+    case Phase::kFlushGrads:
+      return "flush_grads";
+    case Phase::kReleaseActivations:
+      return "release_activations";
+  }
+  return "?";
+}
+
+const char* ToString(Stream stream) {
+  switch (stream) {
+    case Stream::kCompute:
+      return "compute";
+    case Stream::kComm:
+      return "comm";
+    case Stream::kNone:
+      return "-";
+  }
+  return "?";
+}
+
+namespace {
+
+class PlanBuilder {
+ public:
+  explicit PlanBuilder(CombinedStepPlan* plan) : plan_(*plan) {}
+
+  void CombinedStep(int64_t f, int64_t b) {
+    const bool fwd = f >= 0, bwd = b >= 0;
+    if (fwd) Add(NodeKind::kPreProcess, Phase::kForward, f);
+    if (bwd) Add(NodeKind::kPostProcess, Phase::kBackward, b);
+    const int64_t layers = plan_.layers();
+    for (int64_t i = 0; i < layers; ++i) LayerPair(fwd ? f : -1, i, bwd ? b : -1, layers - 1 - i);
+    if (fwd) Add(NodeKind::kPostProcess, Phase::kForward, f);
+    if (bwd) {
+      Add(NodeKind::kPreProcess, Phase::kBackward, b);
+      Add(NodeKind::kChunk, Phase::kFlushGrads, b, -1, -1, Stream::kNone);
+    }
+    if (fwd && !plan_.recompute.segments.empty()) {
+      Add(NodeKind::kChunk, Phase::kReleaseActivations, f, -1, -1, Stream::kNone);
+    }
+  }
+
+ private:
+  const LayerSegment* SegmentOf(int64_t layer, int64_t* index) const {
+    *index = plan_.recompute.segment_of_layer[layer];
+    return *index < 0 ? nullptr : &plan_.recompute.segments[*index];
+  }
+
+  void LayerPair(int64_t f, int64_t fl, int64_t b, int64_t bl) {
+    const bool fwd = f >= 0, bwd = b >= 0;
+    int64_t fs = -1, bs = -1;
+    const LayerSegment* f_segment = fwd ? SegmentOf(fl, &fs) : nullptr;
+    const LayerSegment* b_segment = bwd ? SegmentOf(bl, &bs) : nullptr;
+    const bool f_moe = fwd && plan_.layer_is_moe[fl];
+    const bool b_moe = bwd && plan_.layer_is_moe[bl];
+    if (b_segment && b_segment->last_layer() == bl) {
+      Add(NodeKind::kSegment, Phase::kReplay, b, bl, bs, Stream::kNone);
+    }
+    if (bwd && plan_.is_mtp(bl)) Add(NodeKind::kMtpPostProcess, Phase::kBackward, b, bl);
+    if (bwd)
+      Add(NodeKind::kCombine, Phase::kBackward, b, bl, -1,
+          b_moe ? Stream::kComm : Stream::kCompute);
+    if (f_segment && f_segment->first_layer == fl) {
+      Add(NodeKind::kSegment, Phase::kCapture, f, fl, fs, Stream::kNone);
+    }
+    if (fwd) Add(NodeKind::kAttn, Phase::kForward, f, fl);
+    if (bwd) Add(NodeKind::kMlp, Phase::kBackward, b, bl);
+    if (f_moe) Add(NodeKind::kDispatch, Phase::kForward, f, fl, -1, Stream::kComm);
+    if (b_moe) Add(NodeKind::kDispatch, Phase::kBackward, b, bl, -1, Stream::kComm);
+    if (fwd) Add(NodeKind::kMlp, Phase::kForward, f, fl);
+    if (fwd)
+      Add(NodeKind::kCombine, Phase::kForward, f, fl, -1, f_moe ? Stream::kComm : Stream::kCompute);
+    if (bwd) Add(NodeKind::kAttn, Phase::kBackward, b, bl);
+    if (fwd && plan_.is_mtp(fl)) Add(NodeKind::kMtpPostProcess, Phase::kForward, f, fl);
+    if (b_segment && b_segment->first_layer == bl) {
+      Add(NodeKind::kSegment, Phase::kRelease, b, bl, bs, Stream::kNone);
+    }
+  }
+
+  void Add(NodeKind node, Phase phase, int64_t microbatch, int64_t layer = -1, int64_t segment = -1,
+           Stream stream = Stream::kCompute) {
+    plan_.ops.push_back({node, phase, microbatch, layer, segment, stream});
+  }
+
+  CombinedStepPlan& plan_;
+};
+
+}  // namespace
+
+CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, int64_t microbatches,
+                                       const RecomputeConfig& recompute) {
+  CombinedStepPlan plan;
+  plan.decoder_layers = model.layers;
+  plan.mtp_layers = model.mtp_layers;
+  plan.microbatches = microbatches;
+  for (int64_t l = 0; l < model.layers; ++l) plan.layer_is_moe.push_back(model.layer_is_moe(l));
+  for (int64_t d = 0; d < model.mtp_layers; ++d) plan.layer_is_moe.push_back(model.mtp_is_moe());
+  plan.recompute = BuildRecomputePlan(recompute, model.layers, model.mtp_layers);
+  PlanBuilder builder(&plan);
+  builder.CombinedStep(0, -1);
+  for (int64_t k = 1; k < microbatches; ++k) builder.CombinedStep(k, k - 1);
+  builder.CombinedStep(-1, microbatches - 1);
+  return plan;
+}
+
+namespace {
+
+std::string LayerName(const CombinedStepPlan& plan, int64_t layer) {
+  if (layer < 0) return "-";
+  if (plan.is_mtp(layer)) return "mtp" + std::to_string(layer - plan.decoder_layers);
+  return std::to_string(layer);
+}
+
+std::string SegmentName(const CombinedStepPlan& plan, const LayerSegment& s) {
+  std::string out = LayerName(plan, s.first_layer);
+  if (s.num_layers > 1) out += ".." + LayerName(plan, s.last_layer());
+  return out;
+}
+
+}  // namespace
+
+std::string FormatPlan(const CombinedStepPlan& plan) {
+  std::ostringstream out;
+  out << "layers: " << plan.decoder_layers << " decoder";
+  if (plan.mtp_layers) out << " + " << plan.mtp_layers << " MTP";
+  out << "; microbatches: " << plan.microbatches << "\n";
+  out << "recompute segments:";
+  if (plan.recompute.segments.empty()) out << " none";
+  for (size_t i = 0; i < plan.recompute.segments.size(); ++i) {
+    out << " " << i << "=[" << SegmentName(plan, plan.recompute.segments[i]) << "]";
+  }
+  out << "\n";
+  for (const std::string& w : plan.recompute.warnings) out << "warning: " << w << "\n";
+  out << "operations: " << plan.ops.size() << "\n";
+  char line[160];
+  std::snprintf(line, sizeof(line), "%5s  %3s  %-5s  %-16s  %-19s  %-7s\n", "#", "mb", "layer",
+                "node", "phase", "stream");
+  out << line;
+  for (size_t i = 0; i < plan.ops.size(); ++i) {
+    const NodeOp& op = plan.ops[i];
+    std::string node = ToString(op.node);
+    if (op.node == NodeKind::kSegment) node += "[" + std::to_string(op.segment) + "]";
+    std::snprintf(line, sizeof(line), "%5zu  %3lld  %-5s  %-16s  %-19s  %-7s\n", i,
+                  static_cast<long long>(op.microbatch), LayerName(plan, op.layer).c_str(),
+                  node.c_str(), ToString(op.phase), ToString(op.stream));
+    out << line;
+  }
+  return out.str();
+}
+
+std::string PlanToJson(const CombinedStepPlan& plan) {
+  nlohmann::json j;
+  j["decoder_layers"] = plan.decoder_layers;
+  j["mtp_layers"] = plan.mtp_layers;
+  j["microbatches"] = plan.microbatches;
+  j["segments"] = nlohmann::json::array();
+  for (const LayerSegment& s : plan.recompute.segments) {
+    j["segments"].push_back({{"first_layer", s.first_layer},
+                             {"last_layer", s.last_layer()},
+                             {"name", SegmentName(plan, s)}});
+  }
+  j["warnings"] = plan.recompute.warnings;
+  j["ops"] = nlohmann::json::array();
+  for (const NodeOp& op : plan.ops) {
+    nlohmann::json o = {{"node", ToString(op.node)},
+                        {"phase", ToString(op.phase)},
+                        {"microbatch", op.microbatch},
+                        {"stream", ToString(op.stream)}};
+    if (op.layer >= 0) o["layer"] = op.layer;
+    if (op.segment >= 0) o["segment"] = op.segment;
+    j["ops"].push_back(o);
+  }
+  return j.dump(2);
+}
+
+}  // namespace bitparity

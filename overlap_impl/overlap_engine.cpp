@@ -1,0 +1,125 @@
+#include "overlap_impl/overlap_engine.h"
+
+#include <torch/torch.h>
+
+#include <stdexcept>
+
+namespace bitparity {
+
+OverlapEngine::OverlapEngine(GptModel* model, const RecomputeConfig& recompute,
+                             int64_t microbatches, OverlapBugs bugs)
+    : model_(model), plan_(BuildCombinedStepPlan(model->config(), microbatches, recompute)) {
+  context_.model = model;
+  context_.plan = &plan_;
+  context_.bugs = bugs;
+  context_.shared_routing.resize(static_cast<size_t>(plan_.layers()));
+}
+
+void OverlapEngine::Execute(const NodeOp& op, ChunkSchedule& chunk) {
+  const int64_t l = op.layer;
+  const bool fwd = op.phase == Phase::kForward;
+  switch (op.node) {
+    case NodeKind::kPreProcess:
+      if (fwd) {
+        chunk.PreProcessForward();
+      } else {
+        chunk.PreProcessBackward();
+      }
+      return;
+    case NodeKind::kPostProcess:
+      if (fwd) {
+        chunk.PostProcessForward();
+      } else {
+        chunk.PostProcessBackward();
+      }
+      return;
+    case NodeKind::kAttn:
+      if (fwd) {
+        chunk.layer(l).AttnForward(chunk.LayerInput(l));
+      } else {
+        chunk.backward_grad() = chunk.layer(l).AttnBackward();
+      }
+      return;
+    case NodeKind::kDispatch:
+      if (fwd) {
+        chunk.layer(l).DispatchForward();
+      } else {
+        chunk.layer(l).DispatchBackward();
+      }
+      return;
+    case NodeKind::kMlp:
+      if (fwd) {
+        chunk.layer(l).MlpForward();
+      } else {
+        chunk.layer(l).MlpBackward();
+      }
+      return;
+    case NodeKind::kCombine:
+      if (fwd) {
+        chunk.layer(l).CombineForward();
+      } else {
+        chunk.layer(l).CombineBackward(chunk.backward_grad());
+      }
+      return;
+    case NodeKind::kMtpPostProcess:
+      if (fwd) {
+        chunk.layer(l).MtpPostProcessForward();
+      } else {
+        chunk.backward_grad() = chunk.layer(l).MtpPostProcessBackward(chunk.backward_grad());
+      }
+      return;
+    case NodeKind::kSegment:
+      switch (op.phase) {
+        case Phase::kCapture:
+          chunk.segment(op.segment).Capture(chunk.LayerInput(l), chunk.state());
+          return;
+        case Phase::kReplay:
+          chunk.segment(op.segment).Replay(&chunk, context_.bugs);
+          return;
+        case Phase::kRelease:
+          chunk.segment(op.segment).Release();
+          return;
+        default:
+          break;
+      }
+      break;
+    case NodeKind::kChunk:
+      if (op.phase == Phase::kFlushGrads) {
+        model_->parameters().FlushGradsToMainGrads();
+        return;
+      }
+      if (op.phase == Phase::kReleaseActivations) {
+        chunk.ReleaseRecomputedActivations();
+        return;
+      }
+      break;
+  }
+  throw std::logic_error(std::string("overlap plan: unexpected operation ") + ToString(op.node) +
+                         "/" + ToString(op.phase));
+}
+
+std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState>& microbatches) {
+  if (static_cast<int64_t>(microbatches.size()) != plan_.microbatches) {
+    throw std::logic_error("overlap engine: plan built for " + std::to_string(plan_.microbatches) +
+                           " microbatches, got " + std::to_string(microbatches.size()));
+  }
+  timeline_.clear();
+  context_.timeline = record_timeline_ ? &timeline_ : nullptr;
+  std::vector<std::unique_ptr<ChunkSchedule>> chunks;
+  for (ChunkState& state : microbatches) {
+    chunks.push_back(std::make_unique<ChunkSchedule>(&context_, state));
+  }
+  for (size_t i = 0; i < plan_.ops.size(); ++i) {
+    const NodeOp& op = plan_.ops[i];
+    Execute(op, *chunks[op.microbatch]);
+    if (context_.bugs.flush_per_backward_call && op.phase == Phase::kBackward) {
+      model_->parameters().FlushGradsToMainGrads();
+    }
+    if (after_op) after_op(i, op, chunks);
+  }
+  std::vector<MicrobatchLosses> losses;
+  for (auto& chunk : chunks) losses.push_back(std::move(chunk->losses()));
+  return losses;
+}
+
+}  // namespace bitparity

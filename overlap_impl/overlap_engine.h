@@ -1,0 +1,50 @@
+#ifndef BITPARITY_OVERLAP_IMPL_OVERLAP_ENGINE_H_
+#define BITPARITY_OVERLAP_IMPL_OVERLAP_ENGINE_H_
+
+// The overlap arm: every layer split into schedule nodes, microbatches interleaved by the
+// combined 1F1B plan so that each all-to-all of one microbatch is in flight while a compute
+// node of the other runs, and full activation recompute per layer segment. The runner is a
+// loop over the plan's operations.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/engine.h"
+#include "model/gpt.h"
+#include "overlap_impl/chunk_schedule.h"
+#include "overlap_impl/combined_step_plan.h"
+
+namespace bitparity {
+
+class OverlapEngine : public Engine {
+ public:
+  OverlapEngine(GptModel* model, const RecomputeConfig& recompute, int64_t microbatches,
+                OverlapBugs bugs = OverlapBugs());
+
+  std::vector<MicrobatchLosses> RunIteration(std::vector<ChunkState>& microbatches) override;
+  std::vector<std::string> warnings() const override { return plan_.recompute.warnings; }
+
+  const CombinedStepPlan& plan() const { return plan_; }
+
+  // Records the all-to-all and compute intervals of the next iterations (off by default).
+  void set_record_timeline(bool on) { record_timeline_ = on; }
+  const std::vector<TimelineEvent>& timeline() const { return timeline_; }
+
+  // Called after every operation of the plan, with the chunk schedules (structural tests).
+  std::function<void(size_t op, const NodeOp&, std::vector<std::unique_ptr<ChunkSchedule>>&)>
+      after_op;
+
+ private:
+  void Execute(const NodeOp& op, ChunkSchedule& chunk);
+
+  GptModel* model_;
+  CombinedStepPlan plan_;
+  OverlapContext context_;
+  bool record_timeline_ = false;
+  std::vector<TimelineEvent> timeline_;
+};
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_OVERLAP_IMPL_OVERLAP_ENGINE_H_

@@ -1,0 +1,122 @@
+#ifndef BITPARITY_OVERLAP_IMPL_SCHEDULE_NODE_H_
+#define BITPARITY_OVERLAP_IMPL_SCHEDULE_NODE_H_
+
+// The units the combined 1F1B schedule interleaves (Megatron's ScheduleNode).
+//
+// A ComputeNode runs one forward piece on detached copies of its inputs (fresh autograd leaves
+// that keep requires_grad), so its backward is its own autograd call and gradients travel to
+// the previous node as explicit values. Side tensors the piece hands to other nodes are
+// detached too, and their gradients are re-injected in this node's backward.
+//
+// An AllToAllNode moves tensors between ranks without autograd: forward starts the all-to-all
+// and returns at once, the result is waited for only when it is needed; backward moves the
+// gradients back the same way.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+
+namespace bitparity {
+
+class ComputeNode {
+ public:
+  using Body = std::function<std::vector<at::Tensor>(ComputeNode& node,
+                                                     const std::vector<at::Tensor>& inputs)>;
+
+  explicit ComputeNode(std::string name) : name_(std::move(name)) {}
+
+  // Runs `body` on detached copies of `inputs`; without building a graph when
+  // forward_no_grad() is set (the initial forward of a recompute segment).
+  const std::vector<at::Tensor>& Forward(const std::vector<at::Tensor>& inputs, const Body& body);
+
+  // Inside a body: detaches a tensor other nodes consume; its gradient (accumulated on the
+  // returned leaf by their backward) flows back through this node's backward.
+  at::Tensor DetachSide(const at::Tensor& tensor);
+
+  // One autograd call over the outputs (with `output_grads`) and the side tensors (with the
+  // gradients their consumers left on them). Returns the gradients of the inputs and releases
+  // everything the node held.
+  std::vector<at::Tensor> Backward(const std::vector<at::Tensor>& output_grads);
+
+  void Release();
+  bool holds_tensors() const;
+
+  const std::string& name() const { return name_; }
+  const std::vector<at::Tensor>& inputs() const { return inputs_; }
+  const std::vector<at::Tensor>& outputs() const { return outputs_; }
+  bool forward_no_grad() const { return forward_no_grad_; }
+  void set_forward_no_grad(bool value) { forward_no_grad_ = value; }
+
+ private:
+  std::string name_;
+  bool forward_no_grad_ = false;
+  std::vector<at::Tensor> inputs_;
+  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> side_originals_;
+  std::vector<at::Tensor> side_detached_;
+};
+
+class AllToAllNode {
+ public:
+  explicit AllToAllNode(std::string name) : name_(std::move(name)) {}
+
+  // Starts moving `carried` (tensors with gradients) and `metadata` (no gradients) by the
+  // splits; rows [sum(send[0..j)), +send[j]) of each go to rank j.
+  void StartForward(Communicator* comm, const std::vector<at::Tensor>& carried,
+                    const std::vector<at::Tensor>& metadata, std::vector<int64_t> send_splits,
+                    std::vector<int64_t> recv_splits);
+  // The received tensors, carried first, then metadata; waits for them if needed.
+  const std::vector<at::Tensor>& FinishForward();
+
+  // Starts moving the gradients of the received carried tensors back (an undefined gradient
+  // travels as zeros: every rank must take part in every all-to-all).
+  void StartBackward(const std::vector<at::Tensor>& grads);
+  // The gradients of the sent carried tensors; waits for them if needed.
+  std::vector<at::Tensor> FinishBackward();
+
+  // Replaces the splits a later backward uses (only to re-create a known bug in tests).
+  void OverrideSplits(std::vector<int64_t> send_splits, std::vector<int64_t> recv_splits) {
+    send_splits_ = std::move(send_splits);
+    recv_splits_ = std::move(recv_splits);
+  }
+
+  void Release();
+  bool holds_tensors() const;
+  bool pending() const { return !pending_.empty(); }
+  const std::string& name() const { return name_; }
+
+  // Timing of the last all-to-all started by this node (steady-clock ns).
+  struct Timing {
+    int64_t started_ns = 0;
+    int64_t completed_ns = 0;  // when the collective library finished it
+    int64_t wait_begin_ns = 0;
+    int64_t wait_end_ns = 0;
+  };
+  const Timing& last_timing() const { return timing_; }
+  std::function<void(const AllToAllNode&, bool backward)> on_finished;  // for the timeline
+
+ private:
+  void Start(const std::vector<at::Tensor>& tensors, const std::vector<int64_t>& send,
+             const std::vector<int64_t>& recv);
+  std::vector<at::Tensor> Finish();
+
+  std::string name_;
+  Communicator* comm_ = nullptr;
+  std::vector<int64_t> send_splits_;
+  std::vector<int64_t> recv_splits_;
+  size_t carried_count_ = 0;
+  std::vector<bool> carried_requires_grad_;
+  std::vector<at::Tensor> received_;
+  std::vector<PendingAllToAll> pending_;
+  bool backward_ = false;
+  Timing timing_;
+};
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_OVERLAP_IMPL_SCHEDULE_NODE_H_

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "harness/cli.h"
+#include "runtime/plan_command.h"
 #include "runtime/worker.h"
 
 int main(int argc, char** argv) {
@@ -10,5 +11,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "worker") {
     return bitparity::WorkerMain(argc - 1, argv + 1);
   }
-  return bitparity::RunCli(argc, argv);
+  bitparity::CliHooks hooks;
+  hooks.print_plan = bitparity::PrintPlan;
+  return bitparity::RunCli(argc, argv, hooks);
 }

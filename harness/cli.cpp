@@ -166,7 +166,7 @@ std::string JoinArgs(int argc, char** argv) {
 
 }  // namespace
 
-int RunCli(int argc, char** argv) {
+int RunCli(int argc, char** argv, const CliHooks& hooks) {
   CLI::App app{
       "bitparity: a deterministic test-and-benchmark harness for MoE training optimizations.\n"
       "It trains arms (engines) of a recipe on real rank processes, requires them to agree bit\n"
@@ -202,6 +202,16 @@ int RunCli(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   diff->footer("Exit codes: 0 bit-identical, 1 different, 2 unreadable or invalid trace.");
 
+  std::string plan_recipe, plan_arm;
+  bool plan_json = false;
+  CLI::App* plan = app.add_subcommand(
+      "plan",
+      "Print an arm's schedule for one iteration without training: recompute segments "
+      "and every node operation in order");
+  plan->add_option("RECIPE", plan_recipe, "Recipe file (.toml)")->required();
+  plan->add_option("--arm", plan_arm, "Name of the arm")->required();
+  plan->add_flag("--json", plan_json, "Print JSON instead of a table");
+
   std::string merge_dir, merge_out;
   CLI::App* merge = app.add_subcommand(
       "merge", "Merge the rank parts written by `bitparity worker` ranks into one trace");
@@ -224,6 +234,7 @@ int RunCli(int argc, char** argv) {
     if (*arm) return RunArm(arm_options, JoinArgs(argc, argv));
     if (*diff) return Diff(diff_a, diff_b, diff_show);
     if (*merge) return Merge(merge_dir, merge_out);
+    if (*plan) return hooks.print_plan(plan_recipe, plan_arm, plan_json);
   } catch (const InputError& e) {
     std::cerr << "error: " << e.what() << std::endl;
     return kExitBadInput;

@@ -58,8 +58,11 @@ LayerAttentionOutput GptModel::LayerAttention(const LayerWeights& layer, const a
   }
   at::Tensor tokens =
       ops::RmsNorm(out.residual, layer.moe.norm, config_.norm_eps).reshape({-1, config_.hidden});
-  RouterResult routing =
-      Route(tokens, layer.moe.router, config_.topk, config_.aux_loss_coeff, loss_grad_scale_);
+  RouterResult routing = Route(tokens, layer.moe.router, config_.topk, config_.aux_loss_coeff,
+                               loss_grad_scale_, /*attach_aux_scaler=*/!aux_loss_in_objective_);
+  if (aux_loss_in_objective_ && torch::GradMode::is_enabled()) {
+    losses->aux_terms.push_back(routing.aux_loss);
+  }
   losses->aux_losses[layer.index] = routing.aux_loss.item<float>();
   out.payload = PermuteTokens(tokens, routing, layout_, dispatcher_, *comm_, &out.plan);
   return out;
@@ -133,7 +136,8 @@ void GptModel::PostProcess(const at::Tensor& main_hidden, const std::vector<at::
                                           state.labels, state.loss_mask);
   losses->lm_loss = lm.item<float>();
   losses->objective = lm;
-  losses->objective_value = losses->lm_loss;
+  for (const at::Tensor& aux : losses->aux_terms) losses->objective = losses->objective + aux;
+  losses->objective_value = losses->objective.item<float>();
   if (mtp_hidden.empty()) return;
   losses->mtp_losses.clear();
   at::Tensor mtp_sum;
@@ -145,8 +149,8 @@ void GptModel::PostProcess(const at::Tensor& main_hidden, const std::vector<at::
     losses->mtp_losses.push_back(loss.item<float>());
     mtp_sum = d == 0 ? loss : mtp_sum + loss;
   }
-  losses->objective =
-      lm + mtp_sum * (config_.mtp_loss_scale / static_cast<double>(mtp_hidden.size()));
+  losses->objective = losses->objective +
+                      mtp_sum * (config_.mtp_loss_scale / static_cast<double>(mtp_hidden.size()));
   losses->objective_value = losses->objective.item<float>();
 }
 

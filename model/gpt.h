@@ -40,6 +40,7 @@ struct MicrobatchLosses {
   float lm_loss = 0;
   std::vector<float> mtp_losses;
   std::map<int64_t, float> aux_losses;
+  std::vector<at::Tensor> aux_terms;  // only with InjectedBugs::aux_loss_in_objective
 };
 
 // The attention piece of a layer and what it hands to the rest of the layer.
@@ -67,6 +68,10 @@ class GptModel {
   Dispatcher dispatcher() const { return dispatcher_; }
   double loss_grad_scale() const { return loss_grad_scale_; }
   at::ScalarType compute_dtype() const { return store_.compute_dtype(); }
+
+  // Test hook (InjectedBugs::aux_loss_in_objective): add the aux losses to the objective instead
+  // of injecting their gradient through the router probabilities.
+  void set_aux_loss_in_objective(bool on) { aux_loss_in_objective_ = on; }
 
   // Pre-process: token embedding, [b, s] -> [b, s, h].
   at::Tensor Embed(const at::Tensor& ids) const;
@@ -115,6 +120,7 @@ class GptModel {
   ParameterStore store_;
   GptWeights weights_;
   ops::RopeTables rope_;
+  bool aux_loss_in_objective_ = false;
 };
 
 // The dtype the model computes in for a precision recipe (FP8 recipes compute in bf16 around

@@ -64,7 +64,7 @@ at::Tensor ApplyExpertsToBlocks(const at::Tensor& rows, const at::Tensor& probs,
 }  // namespace
 
 RouterResult Route(const at::Tensor& tokens, const at::Tensor& router_weight, int64_t topk,
-                   double aux_loss_coeff, double aux_grad_scale) {
+                   double aux_loss_coeff, double aux_grad_scale, bool attach_aux_scaler) {
   const int64_t num_tokens = tokens.size(0);
   const int64_t experts = router_weight.size(0);
   at::Tensor logits = at::linear(tokens.to(at::kFloat), router_weight);
@@ -83,7 +83,7 @@ RouterResult Route(const at::Tensor& tokens, const at::Tensor& router_weight, in
   const double factor = static_cast<double>(experts) * aux_loss_coeff /
                         (static_cast<double>(topk) * num_tokens * num_tokens);
   at::Tensor aux = (scores.sum(0) * routed).sum() * factor;
-  if (aux_loss_coeff > 0 && torch::GradMode::is_enabled()) {
+  if (attach_aux_scaler && aux_loss_coeff > 0 && torch::GradMode::is_enabled()) {
     probs = ops::AttachAuxLoss(probs, aux, aux_grad_scale);
   }
   return {indices, probs, aux};

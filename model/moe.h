@@ -27,8 +27,10 @@ struct RouterResult {
 
 // Top-k softmax router in fp32 with the Switch load-balancing loss
 // E * coeff / (k * T^2) * sum_e (sum_t scores[t, e]) * tokens_routed_to(e).
+// With grad enabled and `attach_aux_scaler`, the aux loss's gradient (aux_grad_scale) is injected
+// through the returned probabilities (the only way that survives recompute).
 RouterResult Route(const at::Tensor& tokens, const at::Tensor& router_weight, int64_t topk,
-                   double aux_loss_coeff, double aux_grad_scale);
+                   double aux_loss_coeff, double aux_grad_scale, bool attach_aux_scaler = true);
 
 // Routing metadata of one MoE layer for one microbatch.
 struct RoutingPlan {

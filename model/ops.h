@@ -19,6 +19,10 @@ namespace ops {
 // autograd node with a hand-written backward.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// Test hook (InjectedBugs::composite_rms_norm): compute RMSNorm from elementary ops, so that its
+// input is reached by two autograd edges. Process-wide.
+void SetCompositeRmsNormForTesting(bool composite);
+
 // x @ weight^T. The precision seam: every GEMM of a linear layer goes through here, so FP8
 // recipes can quantize the operands of the forward, dgrad and wgrad GEMMs in one place.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, PrecisionRecipe precision);

@@ -3,39 +3,10 @@
 #include <torch/torch.h>
 
 #include <mutex>
-#include <sstream>
 
 #include "core/errors.h"
 
 namespace bitparity {
-
-OverlapBugs OverlapBugs::Parse(const std::string& names) {
-  OverlapBugs bugs;
-  std::stringstream in(names);
-  std::string name;
-  while (std::getline(in, name, ',')) {
-    if (name.empty()) continue;
-    if (name == "stale_routing_metadata") {
-      bugs.stale_routing_metadata = true;
-    } else if (name == "skip_snapshot_restore") {
-      bugs.skip_snapshot_restore = true;
-    } else if (name == "mtp_post_outside_segment") {
-      bugs.mtp_post_outside_segment = true;
-    } else if (name == "flush_per_backward_call") {
-      bugs.flush_per_backward_call = true;
-    } else {
-      throw InputError("BITPARITY_OVERLAP_BUG: unknown bug '" + name +
-                       "' (known: stale_routing_metadata, skip_snapshot_restore, "
-                       "mtp_post_outside_segment, flush_per_backward_call)");
-    }
-  }
-  return bugs;
-}
-
-bool OverlapBugs::any() const {
-  return stale_routing_metadata || skip_snapshot_restore || mtp_post_outside_segment ||
-         flush_per_backward_call;
-}
 
 namespace {
 
@@ -71,7 +42,7 @@ LayerSchedule::LayerSchedule(OverlapContext* context, ChunkSchedule* chunk, int6
       const AllToAllNode::Timing& t = node.last_timing();
       TimelineEvent e;
       e.node = node.name();
-      e.phase = backward ? "backward" : "forward";
+      e.phase = backward ? "backward" : (replaying_ ? "replay" : "forward");
       e.microbatch = chunk_->state().microbatch;
       e.layer = layer_;
       e.comm = true;
@@ -90,7 +61,7 @@ void LayerSchedule::Record(const char* node, const char* phase, int64_t begin_ns
   if (!context_->timeline) return;
   TimelineEvent e;
   e.node = node;
-  e.phase = phase;
+  e.phase = replaying_ && std::string(phase) == "forward" ? "replay" : phase;
   e.microbatch = chunk_->state().microbatch;
   e.layer = layer_;
   e.begin_ns = begin_ns;
@@ -279,6 +250,20 @@ void LayerSchedule::Release() {
   mlp_input_grads_.clear();
 }
 
+void LayerSchedule::ReleaseRecomputed() {
+  if (attn_.forward_no_grad()) {
+    attn_.Release();
+    dispatch_.Release();
+    mlp_.Release();
+    combine_comm_.Release();
+    combine_.Release();
+    routing_.reset();
+    residual_ = at::Tensor();
+    combine_pending_ = false;
+  }
+  if (mtp_post_.forward_no_grad()) mtp_post_.Release();
+}
+
 bool LayerSchedule::holds_tensors() const {
   return attn_.holds_tensors() || dispatch_.holds_tensors() || mlp_.holds_tensors() ||
          combine_comm_.holds_tensors() || combine_.holds_tensors() || mtp_post_.holds_tensors() ||
@@ -295,7 +280,7 @@ void RecomputeSegment::Capture(const at::Tensor& input, const ChunkState& state)
   rng_state_ = RngState();
 }
 
-void RecomputeSegment::Replay(ChunkSchedule* chunk, const OverlapBugs& bugs) {
+void RecomputeSegment::Replay(ChunkSchedule* chunk, const InjectedBugs& bugs) {
   ChunkState& state = chunk->state();
   if (!bugs.skip_snapshot_restore) {
     state.input_ids = snapshot_input_ids_;
@@ -307,15 +292,16 @@ void RecomputeSegment::Replay(ChunkSchedule* chunk, const OverlapBugs& bugs) {
   for (int64_t l = spec_.first_layer; l <= spec_.last_layer(); ++l) {
     LayerSchedule& layer = chunk->layer(l);
     layer.SetForwardNoGrad(false);
+    layer.set_replaying(true);
     layer.AttnForward(l == spec_.first_layer ? input_ : chunk->layer(l - 1).Output());
     layer.DispatchForward();
     layer.MlpForward();
     layer.CombineForward();
-    if (chunk->context()->plan->is_mtp(l)) {
-      if (!bugs.mtp_post_outside_segment) layer.MtpPostProcessForward();
-    } else {
-      layer.Output();
+    layer.FinishCombine();
+    if (chunk->context()->plan->is_mtp(l) && !bugs.mtp_post_outside_segment) {
+      layer.MtpPostProcessForward();
     }
+    layer.set_replaying(false);
   }
   SetRngState(ambient);
 }
@@ -382,7 +368,7 @@ void ChunkSchedule::PreProcessBackward() {
 
 void ChunkSchedule::ReleaseRecomputedActivations() {
   for (const LayerSegment& spec : context_->plan->recompute.segments) {
-    for (int64_t l = spec.first_layer; l <= spec.last_layer(); ++l) layers_[l]->Release();
+    for (int64_t l = spec.first_layer; l <= spec.last_layer(); ++l) layers_[l]->ReleaseRecomputed();
   }
 }
 

@@ -16,23 +16,11 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "model/injected_bugs.h"
 #include "overlap_impl/combined_step_plan.h"
 #include "overlap_impl/schedule_node.h"
 
 namespace bitparity {
-
-// Test hooks that bring back, one at a time, the silent bugs met while building the overlap
-// path (research/parity-prototype.md and the seed); the parity tests show each is caught.
-// Set from BITPARITY_OVERLAP_BUG (comma-separated names) or directly in tests.
-struct OverlapBugs {
-  bool stale_routing_metadata = false;    // backward all-to-alls read a per-layer shared plan
-  bool skip_snapshot_restore = false;     // replay does not restore the chunk-state snapshot
-  bool mtp_post_outside_segment = false;  // mtp_post_process left out of the recompute scope
-  bool flush_per_backward_call = false;   // main-grad flush after every node backward call
-
-  static OverlapBugs Parse(const std::string& names);  // InputError on an unknown name
-  bool any() const;
-};
 
 // One all-to-all or compute interval of the iteration, for the overlap timeline.
 struct TimelineEvent {
@@ -53,9 +41,9 @@ class ChunkSchedule;
 struct OverlapContext {
   GptModel* model = nullptr;
   const CombinedStepPlan* plan = nullptr;
-  OverlapBugs bugs;
+  InjectedBugs bugs;
   std::vector<TimelineEvent>* timeline = nullptr;  // optional
-  // Only for OverlapBugs::stale_routing_metadata: the last plan built for each layer.
+  // Only for InjectedBugs::stale_routing_metadata: the last plan built for each layer.
   std::vector<std::shared_ptr<const RoutingPlan>> shared_routing;
 };
 
@@ -69,6 +57,9 @@ class LayerSchedule {
   void DispatchForward();
   void MlpForward();
   void CombineForward();
+  // Waits for the combine's all-to-all and runs its epilogue (unpermute, residual, final norm);
+  // a no-op when already done.
+  void FinishCombine();
   void MtpPostProcessForward();
   const at::Tensor& Output();
 
@@ -82,12 +73,15 @@ class LayerSchedule {
   // Recomputed layers run their initial forward without building graphs.
   void SetForwardNoGrad(bool no_grad);
   void set_segment_tail(bool tail) { segment_tail_ = tail; }
+  // Marks the forward operations that follow as a recompute replay (for the timeline).
+  void set_replaying(bool replaying) { replaying_ = replaying; }
   void Release();
+  // After the chunk's forward: releases the nodes that ran without a graph (they are replayed).
+  void ReleaseRecomputed();
   bool holds_tensors() const;
   int64_t index() const { return layer_; }
 
  private:
-  void FinishCombine();
   const std::vector<int64_t>& SendSplits() const;
   const std::vector<int64_t>& RecvSplits() const;
   void Record(const char* node, const char* phase, int64_t begin_ns);
@@ -100,6 +94,7 @@ class LayerSchedule {
   bool last_decoder_;
   bool last_mtp_;
   bool segment_tail_ = false;
+  bool replaying_ = false;
   const LayerWeights* weights_;
   const MtpWeights* mtp_weights_;
 
@@ -126,7 +121,7 @@ class RecomputeSegment {
   void Capture(const at::Tensor& input, const ChunkState& state);
   // Before the tail layer's backward: restore the snapshot and replay every layer's forward with
   // grad enabled from the kept input (the replay's all-to-alls are exposed).
-  void Replay(ChunkSchedule* chunk, const OverlapBugs& bugs);
+  void Replay(ChunkSchedule* chunk, const InjectedBugs& bugs);
   // After the head layer's backward.
   void Release();
 

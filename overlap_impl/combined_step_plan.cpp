@@ -108,8 +108,10 @@ class PlanBuilder {
       Add(NodeKind::kSegment, Phase::kCapture, f, fl, fs, Stream::kNone);
     }
     if (fwd) Add(NodeKind::kAttn, Phase::kForward, f, fl);
-    if (bwd) Add(NodeKind::kMlp, Phase::kBackward, b, bl);
+    // Megatron issues mlp backward, then dispatch forward, and the two streams overlap them. On
+    // CPU issuing compute blocks, so the all-to-all is issued first to run under the compute.
     if (f_moe) Add(NodeKind::kDispatch, Phase::kForward, f, fl, -1, Stream::kComm);
+    if (bwd) Add(NodeKind::kMlp, Phase::kBackward, b, bl);
     if (b_moe) Add(NodeKind::kDispatch, Phase::kBackward, b, bl, -1, Stream::kComm);
     if (fwd) Add(NodeKind::kMlp, Phase::kForward, f, fl);
     if (fwd)

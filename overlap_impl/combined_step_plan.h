@@ -9,10 +9,17 @@
 //
 //   b: [replay segment if the layer is its tail]   b: mtp_post_process backward
 //   b: combine backward (comm)                     f: [capture segment if head] attn forward
-//   b: mlp backward                                f: dispatch forward (comm)
+//   f: dispatch forward (comm)                     b: mlp backward
 //   b: dispatch backward (comm)                    f: mlp forward
 //   f: combine forward (comm)                      b: attn backward
 //   f: mtp_post_process forward                    b: [release segment if the layer is its head]
+//
+// Each all-to-all is started when issued and waited for by the first node that needs its
+// result, so it runs under the compute node issued after it: combine_bwd(k) | attn_fwd(k+1),
+// dispatch_fwd(k+1) | mlp_bwd(k), dispatch_bwd(k) | mlp_fwd(k+1), combine_fwd(k+1) |
+// attn_bwd(k), Megatron's pairs. The one change from Megatron's CPU issue order (research
+// §1.4) is that dispatch forward is issued before mlp backward: on a GPU the comm stream
+// overlaps them whatever the issue order; on a CPU a compute node blocks while it runs.
 //
 // then the post-process forward, the pre-process backward and the per-microbatch gradient
 // flush. Torch-free: `bitparity plan` prints it without training.

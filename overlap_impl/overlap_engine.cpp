@@ -7,7 +7,7 @@
 namespace bitparity {
 
 OverlapEngine::OverlapEngine(GptModel* model, const RecomputeConfig& recompute,
-                             int64_t microbatches, OverlapBugs bugs)
+                             int64_t microbatches, InjectedBugs bugs)
     : model_(model), plan_(BuildCombinedStepPlan(model->config(), microbatches, recompute)) {
   context_.model = model;
   context_.plan = &plan_;

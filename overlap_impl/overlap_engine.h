@@ -20,7 +20,7 @@ namespace bitparity {
 class OverlapEngine : public Engine {
  public:
   OverlapEngine(GptModel* model, const RecomputeConfig& recompute, int64_t microbatches,
-                OverlapBugs bugs = OverlapBugs());
+                InjectedBugs bugs = InjectedBugs());
 
   std::vector<MicrobatchLosses> RunIteration(std::vector<ChunkState>& microbatches) override;
   std::vector<std::string> warnings() const override { return plan_.recompute.warnings; }

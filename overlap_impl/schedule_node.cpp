@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <stdexcept>
+
 namespace bitparity {
 
 const std::vector<at::Tensor>& ComputeNode::Forward(const std::vector<at::Tensor>& inputs,
@@ -37,6 +39,10 @@ at::Tensor ComputeNode::DetachSide(const at::Tensor& tensor) {
 }
 
 std::vector<at::Tensor> ComputeNode::Backward(const std::vector<at::Tensor>& output_grads) {
+  if (inputs_.empty()) {
+    throw std::logic_error("schedule node " + name_ +
+                           ": backward without a forward (its state was released)");
+  }
   std::vector<at::Tensor> roots, grads;
   for (size_t i = 0; i < outputs_.size() && i < output_grads.size(); ++i) {
     if (outputs_[i].defined() && outputs_[i].requires_grad() && output_grads[i].defined()) {

@@ -22,15 +22,19 @@ class ReferenceEngine : public Engine {
   std::vector<MicrobatchLosses> RunIteration(std::vector<ChunkState>& microbatches) override;
   std::vector<std::string> warnings() const override { return plan_.warnings; }
 
-  // One microbatch's forward; exposed for tests.
-  MicrobatchLosses Forward(ChunkState* state);
+  // One microbatch's forward into `losses`, which must outlive the backward (checkpoint replays
+  // record aux losses into it).
+  void Forward(ChunkState* state, MicrobatchLosses* losses);
 
  private:
   at::Tensor DecoderForward(const at::Tensor& embedded, const ChunkState& state,
                             MicrobatchLosses* losses);
+  // Recompute unit "chunk": every decoder and MTP layer in one checkpoint.
+  void WholeChunkForward(ChunkState* state, MicrobatchLosses* losses);
 
   GptModel* model_;
   RecomputePlan plan_;
+  bool whole_chunk_;
 };
 
 }  // namespace bitparity

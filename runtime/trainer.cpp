@@ -9,6 +9,7 @@
 #include "core/digest.h"
 #include "core/errors.h"
 #include "core/memory.h"
+#include "model/ops.h"
 #include "overlap_impl/overlap_engine.h"
 #include "reference/reference_engine.h"
 
@@ -21,7 +22,7 @@ uint64_t TensorDigest(const at::Tensor& t) {
 }
 
 std::unique_ptr<Engine> MakeEngine(const ArmConfig& arm, GptModel* model, int64_t microbatches,
-                                   const OverlapBugs& bugs) {
+                                   const InjectedBugs& bugs) {
   switch (arm.engine) {
     case EngineKind::kReference:
       return std::make_unique<ReferenceEngine>(model, arm.recompute);
@@ -35,7 +36,7 @@ std::unique_ptr<Engine> MakeEngine(const ArmConfig& arm, GptModel* model, int64_
 }  // namespace
 
 Trainer::Trainer(const Recipe& recipe, const ArmConfig& arm, const ParallelLayout& layout,
-                 std::shared_ptr<Communicator> comm, const OverlapBugs& bugs)
+                 std::shared_ptr<Communicator> comm, const InjectedBugs& bugs)
     : recipe_(recipe),
       arm_(arm),
       layout_(layout),
@@ -47,6 +48,8 @@ Trainer::Trainer(const Recipe& recipe, const ArmConfig& arm, const ParallelLayou
       1.0 / static_cast<double>(recipe.microbatches_per_rank() * layout.dp_size);
   model_ = std::make_unique<GptModel>(config, layout, arm.precision.recipe, arm.dispatcher,
                                       recipe.train.seed, loss_grad_scale, comm_);
+  model_->set_aux_loss_in_objective(bugs.aux_loss_in_objective);
+  ops::SetCompositeRmsNormForTesting(bugs.composite_rms_norm);
   engine_ = MakeEngine(arm, model_.get(), recipe.microbatches_per_rank(), bugs);
   optimizer_ = std::make_unique<AdamOptimizer>(recipe.train, &model_->parameters());
   warnings_ = engine_->warnings();

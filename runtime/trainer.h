@@ -39,7 +39,7 @@ class Trainer {
  public:
   // `bugs` re-creates known overlap-arm bugs for the tests that prove they are caught.
   Trainer(const Recipe& recipe, const ArmConfig& arm, const ParallelLayout& layout,
-          std::shared_ptr<Communicator> comm, const OverlapBugs& bugs = OverlapBugs());
+          std::shared_ptr<Communicator> comm, const InjectedBugs& bugs = InjectedBugs());
   ~Trainer();
 
   // Runs 1-based `iteration` and returns its record (grad dumps go to `dumps` if non-null).

@@ -61,7 +61,7 @@ int Run(const std::string& recipe_path, const std::string& arm_name, const std::
       std::max<int64_t>(1000, static_cast<int64_t>(recipe.parallel.timeout_seconds * 600.0)));
   std::shared_ptr<Communicator> comm = Communicator::Connect(context, timeout);
 
-  OverlapBugs bugs = OverlapBugs::Parse(EnvOrEmpty("BITPARITY_OVERLAP_BUG"));
+  InjectedBugs bugs = InjectedBugs::Parse(EnvOrEmpty("BITPARITY_INJECT_BUG"));
   Trainer trainer(recipe, arm, layout, comm, bugs);
   trainer.set_perturbation(perturbation);
   for (const std::string& w : trainer.warnings()) std::cerr << "warning: " << w << "\n";

@@ -26,7 +26,8 @@ int FreePort() {
 }
 
 void RunOnThreadWorld(int64_t world,
-                      const std::function<void(int64_t rank, Communicator& comm)>& body) {
+                      const std::function<void(int64_t rank, Communicator& comm)>& body,
+                      std::chrono::milliseconds timeout) {
   const int port = FreePort();
   std::mutex mutex;
   std::exception_ptr error;
@@ -38,7 +39,7 @@ void RunOnThreadWorld(int64_t world,
         context.rank = r;
         context.world_size = world;
         context.master_port = port;
-        auto comm = Communicator::Connect(context, std::chrono::seconds(60));
+        auto comm = Communicator::Connect(context, timeout);
         body(r, *comm);
         comm->Barrier();
       } catch (...) {

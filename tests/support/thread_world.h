@@ -4,6 +4,7 @@
 // Runs one function per rank on threads of this process, each with a real Gloo communicator
 // joined over loopback: collectives can be tested without starting processes.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -12,9 +13,11 @@
 
 namespace bitparity::testing {
 
-// Calls body(rank, comm) on `world` threads and waits; rethrows the first exception.
+// Calls body(rank, comm) on `world` threads and waits; rethrows the first exception. Collectives
+// give up after `timeout` (a rank that throws leaves its peers waiting that long).
 void RunOnThreadWorld(int64_t world,
-                      const std::function<void(int64_t rank, Communicator& comm)>& body);
+                      const std::function<void(int64_t rank, Communicator& comm)>& body,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 int FreePort();
 

@@ -1,0 +1,121 @@
+// The overlap arm end to end, as rank processes: on the default recipe its trace and the
+// reference arm's are bit-identical; `bitparity plan` prints the schedule without training;
+// and peak memory orders as the seed says: no recompute > chunk recompute > segment recompute,
+// with segment recompute at the reference arm's figure.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "core/trace.h"
+#include "harness/trace_compare.h"
+#include "tests/support/test_support.h"
+
+namespace bitparity {
+namespace {
+
+TEST(OverlapArm, DefaultRecipeTraceIsBitIdenticalToTheReference) {
+  testing::TempDir dir;
+  const std::string recipe = testing::SourceDir() + "/recipes/default.toml";
+  for (const char* arm : {"reference", "overlap"}) {
+    testing::CommandResult r = testing::RunBitparity(
+        {"arm", recipe, "--arm", arm, "--out", dir.File(std::string(arm) + ".h5"), "--quiet"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  testing::CommandResult diff =
+      testing::RunBitparity({"diff", dir.File("reference.h5"), dir.File("overlap.h5")});
+  EXPECT_EQ(diff.exit_code, 0) << diff.output;
+  EXPECT_NE(diff.output.find("identical"), std::string::npos) << diff.output;
+  Trace overlap = ReadTrace(dir.File("overlap.h5"));
+  EXPECT_EQ(overlap.attribute("engine"), "overlap");
+}
+
+TEST(OverlapArm, PlanPrintsSegmentsAndEveryNodeOperation) {
+  const std::string recipe = testing::SourceDir() + "/recipes/default.toml";
+  testing::CommandResult table = testing::RunBitparity({"plan", recipe, "--arm", "overlap"});
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("recompute segments: 0=[0] 1=[1] 2=[2] 3=[mtp0]"), std::string::npos)
+      << table.output;
+  EXPECT_NE(table.output.find("segment[3]        replay"), std::string::npos) << table.output;
+
+  testing::CommandResult json =
+      testing::RunBitparity({"plan", recipe, "--arm", "overlap", "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  nlohmann::json plan = nlohmann::json::parse(json.output);
+  EXPECT_EQ(plan["segments"].size(), 4u);
+  EXPECT_EQ(plan["microbatches"], 4);
+  int replays = 0, comm = 0;
+  for (const auto& op : plan["ops"]) {
+    replays += op["phase"] == "replay";
+    comm += op["stream"] == "comm";
+  }
+  EXPECT_EQ(replays, 4 * 4);  // every segment of every microbatch, once
+  // Per microbatch: 3 MoE layers (2 decoder + MTP) x (dispatch + combine) x (forward + backward).
+  EXPECT_EQ(comm, 4 * 3 * 4);
+
+  testing::CommandResult reference = testing::RunBitparity({"plan", recipe, "--arm", "reference"});
+  EXPECT_EQ(reference.exit_code, 0);
+  EXPECT_NE(reference.output.find("F0 B0 F1 B1"), std::string::npos) << reference.output;
+  EXPECT_EQ(testing::RunBitparity({"plan", recipe, "--arm", "nope"}).exit_code, 2);
+}
+
+const char kMemoryRecipe[] = R"(
+[model]
+hidden = 64
+heads = 4
+layers = 8
+first_k_dense = 1
+experts = 4
+topk = 2
+moe_ffn = 64
+ffn = 128
+vocab = 128
+seq_len = 64
+[parallel]
+ep = 2
+[train]
+micro_batch = 2
+global_batch = 16
+iterations = 2
+[arms.none]
+engine = "overlap"
+[arms.chunk]
+engine = "overlap"
+recompute = { granularity = "full", unit = "chunk" }
+[arms.segment]
+engine = "overlap"
+recompute = { granularity = "full", method = "uniform", num_layers = 1 }
+[arms.reference]
+engine = "reference"
+recompute = { granularity = "full", method = "uniform", num_layers = 1 }
+)";
+
+TEST(OverlapArm, PeakMemoryOrdersNoneChunkSegment) {
+  testing::TempDir dir;
+  const std::string recipe = dir.Write("memory.toml", kMemoryRecipe);
+  std::map<std::string, int64_t> peak;
+  for (const char* arm : {"none", "chunk", "segment", "reference"}) {
+    const std::string out = dir.File(std::string(arm) + ".h5");
+    testing::CommandResult r =
+        testing::RunBitparity({"arm", recipe, "--arm", arm, "--out", out, "--quiet"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    Trace t = ReadTrace(out);
+    for (const RankTrace& rank : t.ranks) {
+      for (const IterationRecord& it : rank.iterations) {
+        peak[arm] = std::max(peak[arm], it.peak_bytes);
+      }
+    }
+  }
+  std::printf("peak bytes per rank: none %lld, chunk %lld, segment %lld, reference %lld\n",
+              static_cast<long long>(peak["none"]), static_cast<long long>(peak["chunk"]),
+              static_cast<long long>(peak["segment"]), static_cast<long long>(peak["reference"]));
+  EXPECT_GT(peak["none"], peak["chunk"]);
+  EXPECT_GT(peak["chunk"], peak["segment"]);
+  const double ratio =
+      static_cast<double>(peak["segment"]) / static_cast<double>(peak["reference"]);
+  EXPECT_NEAR(ratio, 1.0, 0.03) << "segment recompute should land on the reference's peak";
+}
+
+}  // namespace
+}  // namespace bitparity

@@ -1,0 +1,152 @@
+// Each silent bug met while building the overlap path (research/parity-prototype.md, the seed)
+// is re-created through InjectedBugs and must be caught: either the arms stop agreeing bit for
+// bit, or the run fails outright. Without the bug the same configuration agrees (the parity
+// matrix checks that for every configuration).
+
+#include <gtest/gtest.h>
+
+#include "core/recipe.h"
+#include "tests/support/thread_trainer.h"
+
+namespace bitparity {
+namespace {
+
+std::string RecipeText(int mtp_layers, const std::string& recompute) {
+  return R"(
+[model]
+hidden = 32
+heads = 4
+layers = 3
+first_k_dense = 1
+experts = 4
+topk = 2
+moe_ffn = 32
+ffn = 64
+vocab = 64
+seq_len = 16
+mtp_layers = )" +
+         std::to_string(mtp_layers) + R"(
+[parallel]
+ep = 2
+[train]
+micro_batch = 2
+global_batch = 12
+iterations = 2
+[precision]
+recipe = "fp32"
+[arms.reference]
+engine = "reference"
+recompute = )" +
+         recompute + R"(
+[arms.reference_none]
+engine = "reference"
+[arms.overlap]
+engine = "overlap"
+recompute = )" +
+         recompute + "\n";
+}
+
+const char kNone[] = "{ granularity = \"none\" }";
+const char kUniform1[] = "{ granularity = \"full\", method = \"uniform\", num_layers = 1 }";
+
+// The difference between `arm` with the bug and `against` without it, or "failed: ..." when
+// the run with the bug could not complete.
+std::string WithBug(const Recipe& recipe, const std::string& arm, const std::string& against,
+                    InjectedBugs bugs) {
+  testing::RankRecords clean = testing::TrainOnThreads(recipe, against);
+  testing::ThreadTrainOptions options;
+  options.bugs = bugs;
+  options.timeout = std::chrono::seconds(5);
+  try {
+    return testing::FirstDifference(clean, testing::TrainOnThreads(recipe, arm, options));
+  } catch (const std::exception& e) {
+    return std::string("failed: ") + e.what();
+  }
+}
+
+TEST(SilentBugs, RoutingMetadataSharedAcrossMicrobatchesIsCaught) {
+  // F(k+1) layer 1 overwrites the shared plan before B(k) layer 1's backward all-to-alls.
+  Recipe recipe = ParseRecipe(RecipeText(0, kNone), "bug.toml");
+  InjectedBugs bugs;
+  bugs.stale_routing_metadata = true;
+  std::string difference = WithBug(recipe, "overlap", "reference", bugs);
+  EXPECT_NE(difference, "");
+  std::printf("stale routing metadata: %s\n", difference.c_str());
+}
+
+TEST(SilentBugs, ChunkStateSnapshotNotRestoredBeforeReplayIsCaught) {
+  // The MTP replay rolls the token ids a second time.
+  Recipe recipe = ParseRecipe(RecipeText(1, kUniform1), "bug.toml");
+  InjectedBugs bugs;
+  bugs.skip_snapshot_restore = true;
+  std::string difference = WithBug(recipe, "overlap", "reference", bugs);
+  EXPECT_NE(difference, "");
+  std::printf("snapshot not restored: %s\n", difference.c_str());
+  // Silent in the training loss: only the aux-loss record (rewritten by the replay) and the
+  // gradients show it.
+  for (const char* loss : {": loss", ": lm_loss", ": mtp_loss"}) {
+    EXPECT_EQ(difference.find(loss), std::string::npos) << difference;
+  }
+}
+
+TEST(SilentBugs, MtpPostProcessOutsideTheRecomputeScopeIsCaught) {
+  // The seed's bug: the concatenation built without grad anchors the decoder output on a stale
+  // leaf and drops the decoder's gradient through the MTP branch.
+  Recipe recipe = ParseRecipe(RecipeText(1, kUniform1), "bug.toml");
+  InjectedBugs bugs;
+  bugs.mtp_post_outside_segment = true;
+  testing::ThreadTrainOptions options;
+  options.bugs = bugs;
+  testing::RankRecords reference = testing::TrainOnThreads(recipe, "reference");
+  testing::RankRecords buggy = testing::TrainOnThreads(recipe, "overlap", options);
+  std::vector<std::string> differing = testing::DifferingGrads(reference, buggy, 1, 0);
+  // The decoder loses the main-loss gradient that reached it through the MTP branch: its
+  // parameters (a layernorm weight first among them) differ; the MTP depth's own do not.
+  EXPECT_NE(std::find(differing.begin(), differing.end(), "final_norm"), differing.end());
+  EXPECT_NE(std::find(differing.begin(), differing.end(), "layers.2.attention.norm"),
+            differing.end());
+  for (const std::string& name : differing) {
+    EXPECT_NE(name.rfind("mtp.", 0), 0u) << name << " should not be affected";
+  }
+}
+
+TEST(SilentBugs, PerCallGradientFlushIsCaught) {
+  // The embedding's two contributions get added to the main grad in two steps.
+  Recipe recipe = ParseRecipe(RecipeText(1, kNone), "bug.toml");
+  InjectedBugs bugs;
+  bugs.flush_per_backward_call = true;
+  std::string difference = WithBug(recipe, "overlap", "reference", bugs);
+  EXPECT_NE(difference.find("grad"), std::string::npos) << difference;
+  std::printf("per-call flush: %s\n", difference.c_str());
+}
+
+TEST(SilentBugs, NormInputReachedByTwoEdgesIsCaught) {
+  // fp32 composite RMSNorm: the MTP hidden input receives three contributions whose order
+  // differs between one graph and node-by-node backward.
+  Recipe recipe = ParseRecipe(RecipeText(1, kNone), "bug.toml");
+  InjectedBugs bugs;
+  bugs.composite_rms_norm = true;
+  testing::ThreadTrainOptions options;
+  options.bugs = bugs;
+  std::string difference =
+      testing::FirstDifference(testing::TrainOnThreads(recipe, "reference", options),
+                               testing::TrainOnThreads(recipe, "overlap", options));
+  EXPECT_NE(difference, "");
+}
+
+TEST(SilentBugs, AuxLossAddedToTheLossIsCaught) {
+  // Under recompute the aux gradient of checkpointed layers is lost (reference arm), and the
+  // overlap arm cannot backpropagate it across node boundaries at all.
+  Recipe recipe = ParseRecipe(RecipeText(0, kUniform1), "bug.toml");
+  InjectedBugs bugs;
+  bugs.aux_loss_in_objective = true;
+  testing::ThreadTrainOptions options;
+  options.bugs = bugs;
+  EXPECT_NE(testing::FirstDifference(testing::TrainOnThreads(recipe, "reference_none", options),
+                                     testing::TrainOnThreads(recipe, "reference", options)),
+            "");
+  EXPECT_NE(WithBug(recipe, "overlap", "reference", bugs), "");
+}
+
+}  // namespace
+}  // namespace bitparity

@@ -1,0 +1,42 @@
+#ifndef BITPARITY_TESTS_SUPPORT_THREAD_TRAINER_H_
+#define BITPARITY_TESTS_SUPPORT_THREAD_TRAINER_H_
+
+// Trains an arm of a recipe with one thread per rank (real Gloo collectives between them) and
+// returns every rank's iteration records: the in-process way to compare arms bit for bit.
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/recipe.h"
+#include "core/trace.h"
+#include "runtime/trainer.h"
+
+namespace bitparity::testing {
+
+struct RankRecords {
+  std::vector<std::vector<IterationRecord>> records;  // [rank][iteration]
+  std::vector<std::vector<std::string>> params;       // [rank][parameter]
+};
+
+struct ThreadTrainOptions {
+  InjectedBugs bugs;
+  std::chrono::milliseconds timeout = std::chrono::seconds(60);
+  // Called on each rank's thread after the trainer is built (e.g. to install hooks).
+  std::function<void(int64_t rank, Trainer& trainer)> on_trainer;
+};
+
+RankRecords TrainOnThreads(const Recipe& recipe, const std::string& arm,
+                           const ThreadTrainOptions& options = {});
+
+// "" when identical, else the first difference (iteration, rank, record, parameter).
+std::string FirstDifference(const RankRecords& a, const RankRecords& b);
+
+// The parameters whose main grad differs at 1-based `iteration` on `rank`.
+std::vector<std::string> DifferingGrads(const RankRecords& a, const RankRecords& b,
+                                        int64_t iteration, int64_t rank);
+
+}  // namespace bitparity::testing
+
+#endif  // BITPARITY_TESTS_SUPPORT_THREAD_TRAINER_H_

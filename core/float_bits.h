@@ -40,6 +40,17 @@ inline uint64_t UlpDistance(float a, float b) {
   return static_cast<uint64_t>(d < 0 ? -d : d);
 }
 
+// The same for doubles (saturating at INT64_MAX for values of opposite sign far apart).
+inline uint64_t UlpDistance(double a, double b) {
+  auto ordered = [](double v) {
+    int64_t bits = static_cast<int64_t>(DoubleBits(v));
+    return bits < 0 ? static_cast<__int128>(INT64_MIN) - bits : static_cast<__int128>(bits);
+  };
+  __int128 d = ordered(a) - ordered(b);
+  if (d < 0) d = -d;
+  return d > static_cast<__int128>(UINT64_MAX) ? UINT64_MAX : static_cast<uint64_t>(d);
+}
+
 }  // namespace bitparity
 
 #endif  // BITPARITY_CORE_FLOAT_BITS_H_

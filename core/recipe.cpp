@@ -50,6 +50,21 @@ const char* ToString(LrSchedule schedule) {
   return schedule == LrSchedule::kConstant ? "constant" : "cosine";
 }
 
+std::string Tolerance::Describe() const {
+  std::ostringstream out;
+  switch (kind) {
+    case Kind::kBitwise:
+      return "bitwise";
+    case Kind::kAbsRel:
+      out << "atol " << atol << ", rtol " << rtol;
+      return out.str();
+    case Kind::kUlps:
+      out << "at most " << ulps << " ulp";
+      return out.str();
+  }
+  return "?";
+}
+
 const ArmConfig& Recipe::arm(const std::string& arm_name) const {
   for (const ArmConfig& a : arms) {
     if (a.name == arm_name) return a;
@@ -232,6 +247,17 @@ class TableReader {
       out.push_back(value);
     }
     return out;
+  }
+
+  // The key's node (consumed), or nullptr.
+  const toml::node* Node(const std::string& key) { return Take(key); }
+
+  // The key's table if it is one (consumed); nullptr otherwise, without an error.
+  const toml::table* SubTableOrNull(const std::string& key) {
+    if (!table_) return nullptr;
+    const toml::node* node = table_->get(key);
+    if (!node || !node->is_table()) return nullptr;
+    return Take(key)->as_table();
   }
 
   // A sub-table; an error if the key exists with another type.
@@ -458,6 +484,70 @@ void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) 
   }
 }
 
+// "bitwise", or a table { atol = ..., rtol = ... } or { ulps = N }.
+Tolerance ReadTolerance(TableReader& r, const std::string& key, Diagnostics* diag) {
+  Tolerance t;
+  if (!r.Has(key)) return t;
+  const std::string where = r.where().substr(0, r.where().size() - 1) + "." + key + "]";
+  if (const toml::table* table = r.SubTableOrNull(key)) {
+    TableReader sub(table, where, diag);
+    const bool has_ulps = sub.Has("ulps");
+    if (has_ulps && (sub.Has("atol") || sub.Has("rtol"))) {
+      sub.Error("ulps", "cannot be combined with atol / rtol");
+    }
+    if (has_ulps) {
+      t.kind = Tolerance::Kind::kUlps;
+      t.ulps = sub.Int("ulps", 0, 0, int64_t{1} << 40);
+    } else {
+      t.kind = Tolerance::Kind::kAbsRel;
+      t.atol = sub.Float("atol", 0.0, 0.0, kMaxDouble);
+      t.rtol = sub.Float("rtol", 0.0, 0.0, kMaxDouble);
+    }
+    sub.RejectUnknown("atol, rtol, ulps");
+    return t;
+  }
+  std::string word = r.String(key, "bitwise");
+  if (word != "bitwise") {
+    r.Error(key, "must be \"bitwise\" or a table { atol = A, rtol = R } or { ulps = N }, got \"" +
+                     word + "\"");
+  }
+  return t;
+}
+
+void ReadCompare(TableReader& r, Recipe* recipe, Diagnostics* diag) {
+  ComparePolicy& c = recipe->compare;
+  c.baseline = r.String("baseline", "");
+  c.loss = ReadTolerance(r, "loss", diag);
+  c.gradients = ReadTolerance(r, "gradients", diag);
+  c.params = ReadTolerance(r, "params", diag);
+  if (r.Has("memory")) {
+    const toml::node* node = r.Node("memory");
+    const toml::array* bounds = node ? node->as_array() : nullptr;
+    if (!bounds) {
+      r.Error("memory", "must be an array of tables ([[compare.memory]])");
+    } else {
+      for (size_t i = 0; i < bounds->size(); ++i) {
+        const toml::table* table = (*bounds)[i].as_table();
+        const std::string where = "[[compare.memory]] #" + std::to_string(i + 1);
+        if (!table) {
+          diag->Add(where, "must be a table");
+          continue;
+        }
+        TableReader b(table, where, diag);
+        MemoryBound bound;
+        if (!b.Has("arm")) b.Error("arm", "must be set");
+        bound.arm = b.String("arm", "");
+        bound.of = b.String("of", "");
+        if (!b.Has("at_most")) b.Error("at_most", "must be set (a ratio, e.g. 1.02)");
+        bound.at_most = b.Float("at_most", 1.0, 0.0, kMaxDouble, /*min_exclusive=*/true);
+        b.RejectUnknown("arm, of, at_most");
+        c.memory.push_back(bound);
+      }
+    }
+  }
+  r.RejectUnknown("baseline, loss, gradients, params, memory");
+}
+
 ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recipe& base,
                   Diagnostics* diag) {
   ArmConfig arm;
@@ -558,12 +648,34 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
       recipe.arms.push_back(ReadArm(name, node.as_table(), recipe, &diag));
     }
   }
+  {
+    TableReader r(top.SubTable("compare"), "[compare]", &diag);
+    ReadCompare(r, &recipe, &diag);
+  }
   top.RejectUnknown(
       "name, description, model, parallel, data, train, precision, recompute, "
-      "trace, arms");
+      "trace, arms, compare");
   if (recipe.arms.empty()) {
     diag.Add("[arms]",
              "must define at least one arm, e.g. [arms.reference] engine = \"reference\"");
+  }
+
+  // The comparison baseline: named, or "reference" when there is such an arm, or the first arm.
+  if (!recipe.arms.empty()) {
+    auto names = recipe.arm_names();
+    auto known = [&](const std::string& n) {
+      return std::find(names.begin(), names.end(), n) != names.end();
+    };
+    ComparePolicy& c = recipe.compare;
+    if (c.baseline.empty()) c.baseline = known("reference") ? "reference" : names.front();
+    if (!known(c.baseline)) {
+      diag.Add("[compare]", "baseline names no arm: '" + c.baseline + "'");
+    }
+    for (MemoryBound& b : c.memory) {
+      if (b.of.empty()) b.of = c.baseline;
+      if (!known(b.arm)) diag.Add("[[compare.memory]]", "arm names no arm: '" + b.arm + "'");
+      if (!known(b.of)) diag.Add("[[compare.memory]]", "of names no arm: '" + b.of + "'");
+    }
   }
 
   // Cross-key rules only make sense once every key parsed.

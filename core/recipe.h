@@ -103,6 +103,35 @@ struct TraceConfig {
   std::vector<int64_t> dump_grads_at;  // 1-based iterations at which full main grads are dumped
 };
 
+// How two values of a quantity must agree across arms: bit for bit, or within a tolerance
+// (|a - b| <= atol + rtol * |b|, or at most `ulps` units in the last place).
+struct Tolerance {
+  enum class Kind { kBitwise, kAbsRel, kUlps };
+  Kind kind = Kind::kBitwise;
+  double atol = 0;
+  double rtol = 0;
+  int64_t ulps = 0;
+
+  bool bitwise() const { return kind == Kind::kBitwise; }
+  std::string Describe() const;
+};
+
+// A gate on peak memory: peak(arm) <= at_most x peak(of).
+struct MemoryBound {
+  std::string arm;
+  std::string of;
+  double at_most = 1.0;
+};
+
+// The cross-arm comparison policy ([compare]).
+struct ComparePolicy {
+  std::string baseline;  // the arm every other arm is compared with; its traces are the goldens
+  Tolerance loss;        // loss, lm_loss, mtp_loss, aux_loss
+  Tolerance gradients;   // grad norm and every main grad (tolerances use the dumped tensors)
+  Tolerance params;      // parameters after the step (tolerances use the learning rate only)
+  std::vector<MemoryBound> memory;
+};
+
 // One arm: an engine with its own recompute / precision / dispatcher settings.
 struct ArmConfig {
   std::string name;
@@ -124,6 +153,7 @@ struct Recipe {
   RecomputeConfig recompute;
   TraceConfig trace;
   std::vector<ArmConfig> arms;
+  ComparePolicy compare;
 
   int64_t world_size() const { return parallel.ep; }
   int64_t data_parallel_size() const { return parallel.ep; }

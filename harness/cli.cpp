@@ -11,6 +11,7 @@
 #include "core/recompute_plan.h"
 #include "core/trace.h"
 #include "harness/launcher.h"
+#include "harness/run_command.h"
 #include "harness/trace_compare.h"
 
 namespace bitparity {
@@ -174,6 +175,36 @@ int RunCli(int argc, char** argv, const CliHooks& hooks) {
   app.footer(kExitCodesHelp);
   app.require_subcommand(1);
 
+  RunOptions run_options;
+  std::string run_arms;
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "The main job: run every arm of a recipe twice, require each to reproduce itself bit for "
+      "bit, compare the arms under the recipe's [compare] policy, check the baseline against its "
+      "golden, and write junit.xml and report.json");
+  run->add_option("RECIPE", run_options.recipe_path, "Recipe file (.toml)")->required();
+  run->add_option("--out", run_options.out_dir,
+                  "Output directory: DIR/<arm>/run<k>/trace.h5, junit.xml, report.json "
+                  "(default: out/<recipe name>)");
+  run->add_option("--arms", run_arms, "Comma-separated arms to run (default: all)");
+  run->add_option("--repeats", run_options.repeats, "Runs per arm (default 2)")
+      ->check(CLI::Range(1, 100));
+  run->add_option("--golden-dir", run_options.golden_dir,
+                  "Golden store: DIR/<recipe>/<fingerprint>.h5 (default: golden/ next to the "
+                  "recipes folder)");
+  run->add_flag("--update-golden", run_options.update_golden,
+                "Write the baseline's trace as the golden for this machine's fingerprint, only "
+                "if every other check passes");
+  run->add_flag("--no-golden", run_options.no_golden, "Skip the golden check");
+  run->add_option("--localize-runs", run_options.localize_runs,
+                  "Most reruns spent on naming the first differing element (default 4)")
+      ->check(CLI::Range(0, 100));
+  run->add_option("--perturb", run_options.perturb,
+                  "Developer switch: ARM:RUN:rank=R,iteration=I,param=NAME,element=K[,ulps=N] "
+                  "adds N ulp to one main-grad element in run RUN (or 'all') of ARM");
+  run->add_flag("--quiet", run_options.quiet, "Only print the summary");
+  run->footer(kExitCodesHelp);
+
   std::string validate_recipe;
   CLI::App* validate = app.add_subcommand(
       "validate", "Check a recipe and print its arms and recompute segments (no training)");
@@ -231,6 +262,15 @@ int RunCli(int argc, char** argv, const CliHooks& hooks) {
 
   try {
     if (*validate) return Validate(validate_recipe);
+    if (*run) {
+      std::stringstream arms(run_arms);
+      std::string arm;
+      while (std::getline(arms, arm, ',')) {
+        if (!arm.empty()) run_options.arms.push_back(arm);
+      }
+      run_options.command_line = JoinArgs(argc, argv);
+      return RunRecipe(run_options, std::cout).exit_code;
+    }
     if (*arm) return RunArm(arm_options, JoinArgs(argc, argv));
     if (*diff) return Diff(diff_a, diff_b, diff_show);
     if (*merge) return Merge(merge_dir, merge_out);

@@ -239,6 +239,7 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
     for (const auto& [key, value] : options.environment) env[key] = value;
     std::vector<std::string> args = {"worker",    "--recipe",  options.recipe_path, "--arm",
                                      options.arm, "--out-dir", parts.string()};
+    args.insert(args.end(), options.worker_arguments.begin(), options.worker_arguments.end());
     try {
       children.emplace_back(bp::exe = options.executable, bp::args = args, env,
                             (bp::std_out & bp::std_err) > logs.back(), bp::std_in < bp::null, group,

@@ -168,7 +168,6 @@ class Comparer {
       Scalar(r, x, "aux_loss", x.aux_loss, y.aux_loss);
     }
     if (scope_.grads) {
-      Scalar(r, x, "grad_norm", x.grad_norm, y.grad_norm);
       auto dumps_a = ra.grad_dumps.find(x.iteration);
       auto dumps_b = rb.grad_dumps.find(x.iteration);
       const bool dumped = dumps_a != ra.grad_dumps.end() && dumps_b != rb.grad_dumps.end();
@@ -193,6 +192,9 @@ class Comparer {
         d.tensor = tensor;
         Report(d);
       }
+      // The norm derives from the gradients: compared after them so that a difference is
+      // reported at the tensor that caused it.
+      Scalar(r, x, "grad_norm", x.grad_norm, y.grad_norm);
     }
     if (scope_.params) {
       Scalar(r, x, "learning_rate", x.learning_rate, y.learning_rate);

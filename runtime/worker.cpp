@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,8 +41,16 @@ std::string UtcNow() {
   return buffer;
 }
 
-int Run(const std::string& recipe_path, const std::string& arm_name, const std::string& out_dir) {
+int Run(const std::string& recipe_path, const std::string& arm_name, const std::string& out_dir,
+        const std::vector<int64_t>& extra_dumps, int64_t stop_after) {
   Recipe recipe = LoadRecipe(recipe_path);
+  for (int64_t it : extra_dumps) {
+    if (it < 1 || it > recipe.train.iterations) {
+      throw InputError("--dump-at " + std::to_string(it) + " is outside [1, " +
+                       std::to_string(recipe.train.iterations) + "]");
+    }
+    recipe.trace.dump_grads_at.push_back(it);
+  }
   const ArmConfig& arm = recipe.arm(arm_name);
   RankContext context = RankContextFromEnvironment();
   ParallelLayout layout = ParallelLayout::Make(context.rank, context.world_size, recipe.parallel.ep,
@@ -71,7 +80,8 @@ int Run(const std::string& recipe_path, const std::string& arm_name, const std::
   rank.attributes["rank_source"] = context.source;
   for (const auto& [key, value] : CollectProvenance()) rank.attributes["provenance." + key] = value;
 
-  const int64_t iterations = recipe.train.iterations;
+  const int64_t iterations =
+      stop_after > 0 ? std::min(stop_after, recipe.train.iterations) : recipe.train.iterations;
   const auto& dump_at = recipe.trace.dump_grads_at;
   for (int64_t it = 1; it <= iterations; ++it) {
     MaybeInjectFault(fault, context.rank, it);
@@ -118,9 +128,14 @@ int Run(const std::string& recipe_path, const std::string& arm_name, const std::
 int WorkerMain(int argc, char** argv) {
   CLI::App app{"bitparity rank process: trains one arm on this rank and writes its trace part"};
   std::string recipe_path, arm_name, out_dir;
+  std::vector<int64_t> extra_dumps;
+  int64_t stop_after = 0;
   app.add_option("--recipe", recipe_path, "Recipe file")->required();
   app.add_option("--arm", arm_name, "Arm of the recipe to train")->required();
   app.add_option("--out-dir", out_dir, "Directory for rank_<r>.h5")->required();
+  app.add_option("--dump-at", extra_dumps, "Also store full main grads at these iterations")
+      ->delimiter(',');
+  app.add_option("--stop-after", stop_after, "Stop after this iteration (0: run them all)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -130,7 +145,7 @@ int WorkerMain(int argc, char** argv) {
     return kExitBadInput;
   }
   try {
-    return Run(recipe_path, arm_name, out_dir);
+    return Run(recipe_path, arm_name, out_dir, extra_dumps, stop_after);
   } catch (const InputError& e) {
     std::cerr << "error: " << e.what() << std::endl;
     return kExitBadInput;

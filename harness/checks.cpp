@@ -1,0 +1,266 @@
+#include "harness/checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/float_bits.h"
+
+namespace bitparity {
+
+const char* ToString(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kPass:
+      return "pass";
+    case Verdict::kFail:
+      return "fail";
+    case Verdict::kSkipped:
+      return "skipped";
+    case Verdict::kError:
+      return "error";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string Number(double v) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.9g", v);
+  return buffer;
+}
+
+bool Within(double a, double b, uint64_t ulps, const Tolerance& t) {
+  switch (t.kind) {
+    case Tolerance::Kind::kBitwise:
+      return ulps == 0 && std::signbit(a) == std::signbit(b);
+    case Tolerance::Kind::kAbsRel:
+      return std::fabs(a - b) <= t.atol + t.rtol * std::fabs(b);
+    case Tolerance::Kind::kUlps:
+      return ulps <= static_cast<uint64_t>(t.ulps);
+  }
+  return false;
+}
+
+// Applies a bitwise comparison to `result`.
+void FromComparison(const TraceComparison& c, CheckResult* result, const std::string& what) {
+  result->figures["compared_records"] = c.compared_records;
+  result->figures["differing_records"] = c.differing_records;
+  if (c.identical) {
+    result->summary = "bit-identical: " + std::to_string(c.compared_records) + " " + what;
+    return;
+  }
+  result->verdict = Verdict::kFail;
+  result->difference = c.first;
+  result->summary = "first difference at " + c.first->Describe();
+  std::ostringstream details;
+  details << c.differing_records << " of " << c.compared_records << " records differ; first at "
+          << c.first->Describe() << "\n";
+  result->details = details.str();
+}
+
+// Compares one scalar field over every iteration and rank; returns false at the first violation.
+template <typename Get>
+bool CompareScalar(const Trace& a, const Trace& b, const std::string& field, Get get,
+                   const Tolerance& policy, CheckResult* result, double* max_abs,
+                   uint64_t* max_ulps) {
+  for (size_t i = 0; i < a.ranks[0].iterations.size(); ++i) {
+    for (size_t r = 0; r < a.ranks.size(); ++r) {
+      const IterationRecord& x = a.ranks[r].iterations[i];
+      const IterationRecord& y = b.ranks[r].iterations[i];
+      const auto va = get(x), vb = get(y);
+      const uint64_t ulps = UlpDistance(va, vb);
+      const double diff = std::fabs(static_cast<double>(va) - static_cast<double>(vb));
+      *max_abs = std::max(*max_abs, diff);
+      *max_ulps = std::max(*max_ulps, ulps);
+      if (Within(static_cast<double>(va), static_cast<double>(vb), ulps, policy)) continue;
+      if (result->verdict == Verdict::kFail) continue;  // keep the first, keep measuring
+      result->verdict = Verdict::kFail;
+      Difference d;
+      d.iteration = x.iteration;
+      d.rank = static_cast<int64_t>(r);
+      d.record = field;
+      d.detail = Number(va) + " vs " + Number(vb) + " (" + std::to_string(ulps) + " ulp)";
+      result->difference = d;
+      result->summary = "first difference at " + d.Describe() + "; policy " + policy.Describe();
+    }
+  }
+  return result->verdict != Verdict::kFail;
+}
+
+bool SameShape(const Trace& a, const Trace& b, CheckResult* result) {
+  TraceComparison c = CompareTraces(a, b, CompareScope{false, false, false, 1});
+  if (c.identical) return true;
+  result->verdict = Verdict::kFail;
+  result->difference = c.first;
+  result->summary = c.first->Describe();
+  return false;
+}
+
+}  // namespace
+
+CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trace*>& runs) {
+  CheckResult result;
+  result.name = arm + " reproduces itself";
+  result.figures["runs"] = runs.size();
+  for (size_t k = 1; k < runs.size(); ++k) {
+    TraceComparison c = CompareTraces(*runs[0], *runs[k]);
+    FromComparison(c, &result, "records in each of " + std::to_string(runs.size()) + " runs");
+    if (result.verdict == Verdict::kFail) {
+      result.summary = "run " + std::to_string(k + 1) + " differs from run 1: " + result.summary;
+      result.figures["differing_run"] = k + 1;
+      return result;
+    }
+  }
+  return result;
+}
+
+CheckResult CheckLosses(const std::string& arm, const Trace& a, const std::string& baseline,
+                        const Trace& b, const Tolerance& policy) {
+  CheckResult result;
+  result.name = arm + " vs " + baseline + ": loss";
+  result.figures["policy"] = policy.Describe();
+  if (!SameShape(a, b, &result)) return result;
+  if (policy.bitwise()) {
+    FromComparison(CompareTraces(a, b, CompareScope{true, false, false, 1}), &result,
+                   "loss records (loss, lm, mtp, aux)");
+    return result;
+  }
+  double max_abs = 0;
+  uint64_t max_ulps = 0;
+  CompareScalar(a, b, "loss", [](const IterationRecord& r) { return r.loss; }, policy, &result,
+                &max_abs, &max_ulps);
+  CompareScalar(a, b, "lm_loss", [](const IterationRecord& r) { return r.lm_loss; }, policy,
+                &result, &max_abs, &max_ulps);
+  CompareScalar(a, b, "mtp_loss", [](const IterationRecord& r) { return r.mtp_loss; }, policy,
+                &result, &max_abs, &max_ulps);
+  CompareScalar(a, b, "aux_loss", [](const IterationRecord& r) { return r.aux_loss; }, policy,
+                &result, &max_abs, &max_ulps);
+  result.figures["max_abs_diff"] = max_abs;
+  result.figures["max_ulps"] = max_ulps;
+  if (result.verdict == Verdict::kPass) {
+    result.summary = "within " + policy.Describe() + " (max |diff| " + Number(max_abs) + ", max " +
+                     std::to_string(max_ulps) + " ulp)";
+  }
+  return result;
+}
+
+CheckResult CheckGradients(const std::string& arm, const Trace& a, const std::string& baseline,
+                           const Trace& b, const Tolerance& policy) {
+  CheckResult result;
+  result.name = arm + " vs " + baseline + ": gradients";
+  result.figures["policy"] = policy.Describe();
+  if (!SameShape(a, b, &result)) return result;
+  if (policy.bitwise()) {
+    CompareScope scope{false, true, false, 1};
+    FromComparison(CompareTraces(a, b, scope), &result, "gradient records (norm, every main grad)");
+    return result;
+  }
+  double max_abs = 0;
+  uint64_t max_ulps = 0;
+  CompareScalar(a, b, "grad_norm", [](const IterationRecord& r) { return r.grad_norm; }, policy,
+                &result, &max_abs, &max_ulps);
+  int64_t tensors = 0;
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    for (const auto& [iteration, dumps] : a.ranks[r].grad_dumps) {
+      for (const TensorDump& da : dumps) {
+        const TensorDump* db = FindDump(b, static_cast<int64_t>(r), iteration, da.name);
+        if (!db || db->values.size() != da.values.size()) continue;
+        ++tensors;
+        for (size_t i = 0; i < da.values.size(); ++i) {
+          const uint64_t ulps = UlpDistance(da.values[i], db->values[i]);
+          const double diff = std::fabs(static_cast<double>(da.values[i]) - db->values[i]);
+          max_abs = std::max(max_abs, diff);
+          max_ulps = std::max(max_ulps, ulps);
+          if (Within(da.values[i], db->values[i], ulps, policy) ||
+              result.verdict == Verdict::kFail) {
+            continue;
+          }
+          result.verdict = Verdict::kFail;
+          Difference d;
+          d.iteration = iteration;
+          d.rank = static_cast<int64_t>(r);
+          d.record = "grad_dump";
+          d.param = da.name;
+          d.tensor = CompareTensors(da, *db);
+          result.difference = d;
+          result.summary = "first difference beyond " + policy.Describe() + " at " + d.Describe();
+        }
+      }
+    }
+  }
+  result.figures["max_abs_diff"] = max_abs;
+  result.figures["max_ulps"] = max_ulps;
+  result.figures["dumped_tensors_compared"] = tensors;
+  if (result.verdict == Verdict::kPass) {
+    result.summary = "within " + policy.Describe() + " over the grad norm and " +
+                     std::to_string(tensors) + " dumped tensors (max |diff| " + Number(max_abs) +
+                     ")";
+  }
+  return result;
+}
+
+CheckResult CheckParameters(const std::string& arm, const Trace& a, const std::string& baseline,
+                            const Trace& b, const Tolerance& policy) {
+  CheckResult result;
+  result.name = arm + " vs " + baseline + ": parameters";
+  result.figures["policy"] = policy.Describe();
+  if (!SameShape(a, b, &result)) return result;
+  if (policy.bitwise()) {
+    FromComparison(CompareTraces(a, b, CompareScope{false, false, true, 1}), &result,
+                   "parameter records (every parameter after every step)");
+    return result;
+  }
+  result.verdict = Verdict::kSkipped;
+  result.summary = "parameters are stored as digests only; a tolerance policy cannot compare them";
+  return result;
+}
+
+int64_t PeakBytes(const Trace& trace) {
+  int64_t peak = 0;
+  for (const RankTrace& r : trace.ranks) {
+    for (const IterationRecord& it : r.iterations) peak = std::max(peak, it.peak_bytes);
+  }
+  return peak;
+}
+
+CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak_of) {
+  CheckResult result;
+  result.name = bound.arm + " vs " + bound.of + ": peak memory";
+  const double ratio = peak_of > 0 ? static_cast<double>(peak_arm) / peak_of : 0.0;
+  result.figures["peak_bytes"] = peak_arm;
+  result.figures["reference_peak_bytes"] = peak_of;
+  result.figures["ratio"] = ratio;
+  result.figures["at_most"] = bound.at_most;
+  char line[200];
+  std::snprintf(line, sizeof(line), "peak %.2f MiB = %.3f x %s's %.2f MiB (bound %.3f)",
+                peak_arm / 1048576.0, ratio, bound.of.c_str(), peak_of / 1048576.0,
+                bound.at_most);
+  result.summary = line;
+  if (ratio > bound.at_most) result.verdict = Verdict::kFail;
+  return result;
+}
+
+CheckResult CheckGolden(const std::string& arm, const Trace& run, const Trace* golden,
+                        const std::string& skip_reason) {
+  CheckResult result;
+  result.name = "golden: " + arm;
+  if (!skip_reason.empty() || !golden) {
+    result.verdict = Verdict::kSkipped;
+    result.summary = skip_reason;
+    return result;
+  }
+  if (golden->attribute("recipe") != run.attribute("recipe")) {
+    result.verdict = Verdict::kFail;
+    result.summary =
+        "the golden was recorded from a different recipe text; regenerate it with --update-golden";
+    return result;
+  }
+  result.figures["golden_git_revision"] = golden->attribute("golden.git_revision");
+  result.figures["golden_created_utc"] = golden->attribute("golden.created_utc");
+  FromComparison(CompareTraces(*golden, run), &result, "records match the golden");
+  return result;
+}
+
+}  // namespace bitparity

@@ -1,0 +1,54 @@
+#ifndef BITPARITY_HARNESS_CHECKS_H_
+#define BITPARITY_HARNESS_CHECKS_H_
+
+// The checks `bitparity run` gates on, each a pure function of traces: an arm reproduces
+// itself, two arms agree (losses, gradients, parameters) under the recipe's policy, peak memory
+// stays within a bound, the baseline matches its golden. A failing check names the first
+// differing iteration, rank and tensor.
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/recipe.h"
+#include "core/trace.h"
+#include "harness/trace_compare.h"
+
+namespace bitparity {
+
+enum class Verdict { kPass, kFail, kSkipped, kError };
+const char* ToString(Verdict verdict);
+
+struct CheckResult {
+  std::string name;      // e.g. "overlap vs reference: gradients"
+  Verdict verdict = Verdict::kPass;
+  std::string summary;   // one line
+  std::string details;   // what differs, localization
+  nlohmann::json figures = nlohmann::json::object();
+  std::optional<Difference> difference;  // the first difference, for localization
+};
+
+// Every record of every iteration and rank bit-identical between the runs (memory and time are
+// not compared).
+CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trace*>& runs);
+
+// `arm` against `baseline` for one quantity under a tolerance policy.
+CheckResult CheckLosses(const std::string& arm, const Trace& a, const std::string& baseline,
+                        const Trace& b, const Tolerance& policy);
+CheckResult CheckGradients(const std::string& arm, const Trace& a, const std::string& baseline,
+                           const Trace& b, const Tolerance& policy);
+CheckResult CheckParameters(const std::string& arm, const Trace& a, const std::string& baseline,
+                            const Trace& b, const Tolerance& policy);
+
+// The largest peak_bytes over the iterations and ranks of a trace.
+int64_t PeakBytes(const Trace& trace);
+CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak_of);
+
+// The baseline's run against its golden (everything, bitwise). `skip_reason` non-empty: skipped.
+CheckResult CheckGolden(const std::string& arm, const Trace& run, const Trace* golden,
+                        const std::string& skip_reason);
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_HARNESS_CHECKS_H_

@@ -1,0 +1,71 @@
+#include "harness/fingerprint.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "core/digest.h"
+#include "core/provenance.h"
+
+namespace bitparity {
+namespace {
+
+const char* const kFields[] = {"libtorch_version", "blas", "cpu_flags", "compiler", "device"};
+
+}  // namespace
+
+Fingerprint MakeFingerprint(const std::map<std::string, std::string>& provenance,
+                            int64_t threads_per_rank, int64_t world_size) {
+  Fingerprint f;
+  for (const char* field : kFields) {
+    auto it = provenance.find(field);
+    f.fields[field] = it == provenance.end() ? "unknown" : it->second;
+  }
+  f.fields["threads_per_rank"] = std::to_string(threads_per_rank);
+  f.fields["world_size"] = std::to_string(world_size);
+  std::string canonical;
+  for (const auto& [key, value] : f.fields) canonical += key + "=" + value + "\n";
+  char hex[32];
+  std::snprintf(hex, sizeof(hex), "%016" PRIx64, Digest(canonical.data(), canonical.size()));
+  f.key = f.fields["device"] + "-" + std::string(hex).substr(0, 12);
+  return f;
+}
+
+Fingerprint LocalFingerprint(const Recipe& recipe) {
+  return MakeFingerprint(CollectProvenance(), recipe.parallel.threads, recipe.world_size());
+}
+
+Fingerprint TraceFingerprint(const Trace& trace) {
+  std::map<std::string, std::string> provenance;
+  const std::string prefix = "provenance.";
+  for (const auto& [key, value] : trace.ranks.at(0).attributes) {
+    if (key.rfind(prefix, 0) == 0) provenance[key.substr(prefix.size())] = value;
+  }
+  int64_t threads = 0, world = static_cast<int64_t>(trace.ranks.size());
+  try {
+    threads = std::stoll(trace.attribute("threads_per_rank"));
+  } catch (const std::exception&) {
+    threads = 0;
+  }
+  return MakeFingerprint(provenance, threads, world);
+}
+
+std::string Fingerprint::DifferingFields(const Fingerprint& other) const {
+  std::string out;
+  for (const auto& [key, value] : fields) {
+    auto it = other.fields.find(key);
+    if (it == other.fields.end() || it->second != value) out += (out.empty() ? "" : ", ") + key;
+  }
+  return out;
+}
+
+std::string Fingerprint::Describe() const {
+  std::string out = key + " (";
+  bool first = true;
+  for (const auto& [field, value] : fields) {
+    out += (first ? "" : ", ") + field + "=" + value;
+    first = false;
+  }
+  return out + ")";
+}
+
+}  // namespace bitparity

@@ -1,0 +1,35 @@
+#ifndef BITPARITY_HARNESS_FINGERPRINT_H_
+#define BITPARITY_HARNESS_FINGERPRINT_H_
+
+// The environment fingerprint: everything that can change bits between two machines running
+// the same recipe (LibTorch version, BLAS library, threads per rank, world size, CPU features or
+// GPU model, compiler). Goldens are only compared within one fingerprint.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "core/recipe.h"
+#include "core/trace.h"
+
+namespace bitparity {
+
+struct Fingerprint {
+  std::map<std::string, std::string> fields;
+  std::string key;  // "cpu-" + 12 hex digits of a hash of the fields; names golden files
+
+  // The fields that differ from `other`, comma-separated ("" when none).
+  std::string DifferingFields(const Fingerprint& other) const;
+  std::string Describe() const;  // "key (field=value, ...)"
+};
+
+Fingerprint MakeFingerprint(const std::map<std::string, std::string>& provenance,
+                            int64_t threads_per_rank, int64_t world_size);
+// The fingerprint of this machine for `recipe` (computed without training).
+Fingerprint LocalFingerprint(const Recipe& recipe);
+// The fingerprint a trace was recorded under (rank 0's provenance).
+Fingerprint TraceFingerprint(const Trace& trace);
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_HARNESS_FINGERPRINT_H_

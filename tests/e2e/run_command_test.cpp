@@ -1,0 +1,241 @@
+// `bitparity run`, the job CI gates on: the default recipe passes end to end with a JUnit file
+// that parses and validates and a report.json with the figures; one-ulp perturbations are
+// caught and localized by the right checks; goldens are recorded, matched, skipped for other
+// fingerprints and never overwritten when unusable; a crashed rank is an error, not a failure.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <pugixml.hpp>
+
+#include "core/trace.h"
+#include "tests/support/test_support.h"
+
+namespace bitparity {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char kSmallRecipe[] = R"(
+name = "small"
+[model]
+hidden = 32
+heads = 4
+layers = 3
+first_k_dense = 1
+experts = 4
+topk = 2
+moe_ffn = 32
+ffn = 64
+vocab = 64
+seq_len = 16
+mtp_layers = 1
+[parallel]
+ep = 2
+timeout_s = 60
+[train]
+micro_batch = 2
+global_batch = 8
+iterations = 4
+[recompute]
+granularity = "full"
+method = "uniform"
+num_layers = 1
+[trace]
+dump_grads_at = [4]
+[arms.reference]
+engine = "reference"
+[arms.overlap]
+engine = "overlap"
+)";
+
+struct Junit {
+  pugi::xml_document doc;
+  // name -> "pass" / "failure" / "error" / "skipped", plus the message.
+  std::map<std::string, std::pair<std::string, std::string>> cases;
+};
+
+std::unique_ptr<Junit> ReadJunit(const std::string& path) {
+  auto junit = std::make_unique<Junit>();
+  EXPECT_TRUE(junit->doc.load_file(path.c_str())) << path;
+  for (const pugi::xpath_node& node : junit->doc.select_nodes("//testcase")) {
+    pugi::xml_node tc = node.node();
+    std::string verdict = "pass", message;
+    for (const char* kind : {"failure", "error", "skipped"}) {
+      if (pugi::xml_node child = tc.child(kind)) {
+        verdict = kind;
+        message = child.attribute("message").value();
+      }
+    }
+    junit->cases[tc.attribute("name").value()] = {verdict, message};
+  }
+  return junit;
+}
+
+void ExpectValidJunit(const std::string& path) {
+  testing::TempDir dir;
+  const std::string log = dir.File("xmllint.log");
+  const std::string command = "xmllint --noout --schema " + testing::SourceDir() +
+                              "/tests/data/junit.xsd " + path + " > " + log + " 2>&1";
+  EXPECT_EQ(std::system(command.c_str()), 0) << testing::ReadFile(log);
+}
+
+TEST(RunCommand, DefaultRecipePassesEndToEnd) {
+  testing::TempDir dir;
+  testing::CommandResult r = testing::RunBitparity(
+      {"run", testing::SourceDir() + "/recipes/default.toml", "--out", dir.File("out")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("result: PASS"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("reference    run 2/2  iteration 20/20"), std::string::npos) << r.output;
+
+  const std::string junit_path = dir.File("out/junit.xml");
+  ExpectValidJunit(junit_path);
+  auto junit = ReadJunit(junit_path);
+  for (const char* name :
+       {"reference reproduces itself", "overlap reproduces itself", "overlap vs reference: loss",
+        "overlap vs reference: gradients", "overlap vs reference: parameters"}) {
+    ASSERT_TRUE(junit->cases.count(name)) << name;
+    EXPECT_EQ(junit->cases[name].first, "pass") << name;
+  }
+  ASSERT_TRUE(junit->cases.count("golden: reference"));
+  EXPECT_NE(junit->cases["golden: reference"].first, "failure");
+  EXPECT_STREQ(junit->doc.child("testsuites").child("testsuite").attribute("name").value(),
+               "default");
+
+  nlohmann::json report = nlohmann::json::parse(testing::ReadFile(dir.File("out/report.json")));
+  EXPECT_EQ(report["verdict"], "pass");
+  EXPECT_EQ(report["exit_code"], 0);
+  EXPECT_FALSE(report["fingerprint"]["key"].get<std::string>().empty());
+  for (const char* arm : {"reference", "overlap"}) {
+    const auto& runs = report["arms"][arm]["runs"];
+    ASSERT_EQ(runs.size(), 2u);
+    EXPECT_EQ(runs[0]["loss"].size(), 20u);
+    EXPECT_EQ(runs[0]["step_seconds"].size(), 20u);
+    EXPECT_GT(runs[0]["peak_bytes_max"].get<int64_t>(), 0);
+    EXPECT_TRUE(fs::exists(runs[0]["trace"].get<std::string>()));
+  }
+  EXPECT_GE(report["checks"].size(), 6u);
+}
+
+class SmallRecipeTest : public ::testing::Test {
+ protected:
+  void SetUp() override { recipe_ = dir_.Write("small.toml", kSmallRecipe); }
+
+  testing::CommandResult Run(const std::string& out, std::vector<std::string> extra = {},
+                             std::vector<std::pair<std::string, std::string>> env = {}) {
+    std::vector<std::string> args = {"run", recipe_, "--out", dir_.File(out), "--golden-dir",
+                                     dir_.File("golden"), "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return testing::RunBitparity(args, env);
+  }
+
+  testing::TempDir dir_;
+  std::string recipe_;
+};
+
+TEST_F(SmallRecipeTest, OneUlpInOneRunFailsSelfReproductionAtThatElement) {
+  testing::CommandResult r =
+      Run("perturbed", {"--perturb", "overlap:2:rank=1,iteration=2,param=layers.1.attention.qkv,"
+                                     "element=17"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  auto junit = ReadJunit(dir_.File("perturbed/junit.xml"));
+  const auto& [verdict, message] = junit->cases["overlap reproduces itself"];
+  EXPECT_EQ(verdict, "failure");
+  // Iteration 2 is not dumped: the harness reruns both runs with dumps to name the element.
+  EXPECT_NE(message.find("iteration 2, rank 1: main grad of layers.1.attention.qkv"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("first differing element 17 [0, 17]"), std::string::npos) << message;
+  EXPECT_NE(message.find("(1 ulp)"), std::string::npos) << message;
+  EXPECT_EQ(junit->cases["reference reproduces itself"].first, "pass");
+  EXPECT_EQ(junit->cases["overlap vs reference: loss"].first, "pass");
+}
+
+TEST_F(SmallRecipeTest, GoldenLifecycle) {
+  // Record a golden from a clean run, then a clean run matches it.
+  testing::CommandResult update = Run("update", {"--update-golden"});
+  ASSERT_EQ(update.exit_code, 0) << update.output;
+  std::vector<fs::path> goldens;
+  for (const auto& e : fs::directory_iterator(dir_.File("golden/small"))) goldens.push_back(e.path());
+  ASSERT_EQ(goldens.size(), 1u);
+  const std::string golden = goldens[0].string();
+  Trace recorded = ReadTrace(golden);
+  EXPECT_FALSE(recorded.attribute("golden.git_revision").empty());
+  EXPECT_NE(recorded.attribute("golden.command_line").find("--update-golden"), std::string::npos);
+  EXPECT_FALSE(recorded.attribute("golden.created_utc").empty());
+
+  testing::CommandResult clean = Run("clean");
+  EXPECT_EQ(clean.exit_code, 0) << clean.output;
+  EXPECT_EQ(ReadJunit(dir_.File("clean/junit.xml"))->cases["golden: reference"].first, "pass");
+
+  // The same perturbation in both runs of the baseline: it reproduces itself, but disagrees with
+  // the other arm and with the golden, both localized to the same element.
+  testing::CommandResult both =
+      Run("both", {"--perturb", "reference:all:rank=0,iteration=4,param=layers.2.mlp.router,"
+                                "element=5,ulps=2"});
+  EXPECT_EQ(both.exit_code, 1) << both.output;
+  auto junit = ReadJunit(dir_.File("both/junit.xml"));
+  EXPECT_EQ(junit->cases["reference reproduces itself"].first, "pass");
+  for (const char* check : {"overlap vs reference: gradients", "golden: reference"}) {
+    const auto& [verdict, message] = junit->cases[check];
+    EXPECT_EQ(verdict, "failure") << check;
+    EXPECT_NE(message.find("iteration 4, rank 0: main grad of layers.2.mlp.router"),
+              std::string::npos)
+        << check << ": " << message;
+    EXPECT_NE(message.find("first differing element 5 [0, 5]"), std::string::npos) << message;
+    EXPECT_NE(message.find("(2 ulp)"), std::string::npos) << message;
+  }
+
+  // A golden of another fingerprint does not apply: skipped, with the reason.
+  Trace other = ReadTrace(golden);
+  for (RankTrace& rank : other.ranks) rank.attributes["provenance.blas"] = "/opt/other/libblas.so";
+  fs::remove(golden);
+  WriteTrace(dir_.File("golden/small/cpu-000000000000.h5"), other);
+  testing::CommandResult skipped = Run("skipped");
+  EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
+  const auto& [verdict, message] = ReadJunit(dir_.File("skipped/junit.xml"))->cases["golden: reference"];
+  EXPECT_EQ(verdict, "skipped");
+  EXPECT_NE(message.find("cpu-000000000000.h5 (differs in blas)"), std::string::npos) << message;
+}
+
+TEST_F(SmallRecipeTest, CorruptGoldenIsBadInputAndLeftUnchanged) {
+  ASSERT_EQ(Run("update", {"--update-golden"}).exit_code, 0);
+  std::string golden;
+  for (const auto& e : fs::directory_iterator(dir_.File("golden/small"))) golden = e.path().string();
+  fs::resize_file(golden, fs::file_size(golden) / 2);
+  const std::string before = testing::ReadFile(golden);
+  for (const char* out : {"corrupt", "corrupt_update"}) {
+    std::vector<std::string> extra;
+    if (std::string(out) == "corrupt_update") extra.push_back("--update-golden");
+    testing::CommandResult r = Run(out, extra);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(golden), std::string::npos) << r.output;
+    EXPECT_EQ(testing::ReadFile(golden), before) << "an unusable golden must never be overwritten";
+    EXPECT_FALSE(fs::exists(dir_.File(out))) << "bad input writes nothing";
+  }
+}
+
+TEST_F(SmallRecipeTest, CrashedRankIsAJunitErrorNamingTheRank) {
+  testing::CommandResult r = Run("crash", {}, {{"BITPARITY_FAULT", "crash,rank=1,iteration=2"}});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  ExpectValidJunit(dir_.File("crash/junit.xml"));
+  auto junit = ReadJunit(dir_.File("crash/junit.xml"));
+  const auto& [verdict, message] = junit->cases["reference run 1"];
+  EXPECT_EQ(verdict, "error");
+  EXPECT_NE(message.find("rank 1 was killed by signal 6"), std::string::npos) << message;
+}
+
+TEST_F(SmallRecipeTest, SubsetsOfArmsAndRepeats) {
+  testing::CommandResult r = Run("one", {"--arms", "overlap", "--repeats", "1", "--no-golden"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto junit = ReadJunit(dir_.File("one/junit.xml"));
+  EXPECT_EQ(junit->cases["overlap reproduces itself"].first, "skipped");
+  EXPECT_EQ(junit->cases["golden: reference"].first, "skipped");
+  EXPECT_EQ(Run("bad", {"--arms", "nope"}).exit_code, 2);
+  EXPECT_EQ(Run("bad", {"--perturb", "overlap:9:rank=0"}).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace bitparity

@@ -314,9 +314,11 @@ const std::vector<std::pair<std::string, EngineKind>> kEngines = {
     {"reference", EngineKind::kReference}, {"overlap", EngineKind::kOverlap}};
 
 void ReadPrecision(TableReader& r, PrecisionConfig* precision) {
-  precision->recipe =
-      r.Enum<PrecisionRecipe>("recipe", precision->recipe,
-                              {{"fp32", PrecisionRecipe::kFp32}, {"bf16", PrecisionRecipe::kBf16}});
+  precision->recipe = r.Enum<PrecisionRecipe>("recipe", precision->recipe,
+                                              {{"fp32", PrecisionRecipe::kFp32},
+                                               {"bf16", PrecisionRecipe::kBf16},
+                                               {"blockwise", PrecisionRecipe::kBlockwise},
+                                               {"mxfp8", PrecisionRecipe::kMxfp8}});
   precision->fp8_scaling =
       r.Enum<Fp8Scaling>("fp8_scaling", precision->fp8_scaling,
                          {{"current", Fp8Scaling::kCurrent}, {"delayed", Fp8Scaling::kDelayed}});
@@ -462,7 +464,16 @@ void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) 
     diag->Add(where, "[model] dropout must be 0 when recomputing (granularity \"full\"), got " +
                          std::to_string(m.dropout));
   }
-  if (arm.engine != EngineKind::kOverlap) return;
+  const bool fp8 = arm.precision.recipe == PrecisionRecipe::kBlockwise ||
+                   arm.precision.recipe == PrecisionRecipe::kMxfp8;
+  if (arm.engine != EngineKind::kOverlap) {
+    if (fp8 && arm.precision.fp8_scaling == Fp8Scaling::kDelayed) {
+      diag->Add(where,
+                "[precision] fp8_scaling \"delayed\" is not implemented: bitparity "
+                "emulates current scaling only (scales from the tensor at hand)");
+    }
+    return;
+  }
   // Megatron's rules for --overlap-moe-expert-parallel-comm.
   if (m.mtp_layers > 1) {
     diag->Add(where, "the overlap engine supports [model] mtp_layers 0 or 1, got " +
@@ -474,8 +485,13 @@ void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) 
               "all-to-all it overlaps), got ep = " +
                   std::to_string(recipe.parallel.ep));
   }
-  const bool fp8 = arm.precision.recipe == PrecisionRecipe::kBlockwise ||
-                   arm.precision.recipe == PrecisionRecipe::kMxfp8;
+  if (fp8 && arm.precision.fp8_scaling == Fp8Scaling::kDelayed) {
+    if (!rc.full()) {
+      diag->Add(where,
+                "[precision] fp8_scaling \"delayed\" is not implemented: bitparity "
+                "emulates current scaling only (scales from the tensor at hand)");
+    }
+  }
   if (rc.full() && fp8 && arm.precision.fp8_scaling == Fp8Scaling::kDelayed) {
     diag->Add(where,
               "delayed-scaling FP8 cannot be used by the overlap engine with full "

@@ -11,6 +11,7 @@
 #include "core/recompute_plan.h"
 #include "core/trace.h"
 #include "harness/launcher.h"
+#include "harness/matrix_command.h"
 #include "harness/run_command.h"
 #include "harness/trace_compare.h"
 
@@ -205,6 +206,22 @@ int RunCli(int argc, char** argv, const CliHooks& hooks) {
   run->add_flag("--quiet", run_options.quiet, "Only print the summary");
   run->footer(kExitCodesHelp);
 
+  MatrixOptions matrix_options;
+  CLI::App* matrix = app.add_subcommand(
+      "matrix",
+      "Expand a matrix file's base recipe over its axes (precision, recompute, mtp_layers, "
+      "dispatcher) and run every cell like `run`; one junit.xml and report.json for all cells");
+  matrix->add_option("FILE", matrix_options.matrix_path, "Matrix file (.toml)")->required();
+  matrix->add_option("--filter", matrix_options.filter,
+                     "A filter named in the file's [matrix.filters], or axis=value[|value],...");
+  matrix->add_option("--jobs", matrix_options.jobs, "Cells run at a time (default 1)")
+      ->check(CLI::Range(1, 64));
+  matrix->add_option("--out", matrix_options.out_dir, "Output directory (default: out/<name>)");
+  matrix->add_option("--repeats", matrix_options.repeats, "Runs per arm and cell (default 2)")
+      ->check(CLI::Range(1, 100));
+  matrix->add_flag("--quiet", matrix_options.quiet, "Do not print the details of failed cells");
+  matrix->footer(kExitCodesHelp);
+
   std::string validate_recipe;
   CLI::App* validate = app.add_subcommand(
       "validate", "Check a recipe and print its arms and recompute segments (no training)");
@@ -262,6 +279,10 @@ int RunCli(int argc, char** argv, const CliHooks& hooks) {
 
   try {
     if (*validate) return Validate(validate_recipe);
+    if (*matrix) {
+      matrix_options.command_line = JoinArgs(argc, argv);
+      return RunMatrix(matrix_options, std::cout);
+    }
     if (*run) {
       std::stringstream arms(run_arms);
       std::string arm;

@@ -118,7 +118,8 @@ class RecipeRun {
     out_dir_ = options_.out_dir.empty() ? "out/" + recipe_.name : options_.out_dir;
     baseline_ = recipe_.compare.baseline;
     fingerprint_ = LocalFingerprint(recipe_);
-    golden_dir_ = options_.golden_dir.empty() ? DefaultGoldenDir(recipe_.path) : options_.golden_dir;
+    golden_dir_ =
+        options_.golden_dir.empty() ? DefaultGoldenDir(recipe_.path) : options_.golden_dir;
     golden_path_ = (fs::path(golden_dir_) / recipe_.name / (fingerprint_.key + ".h5")).string();
     LoadGolden();
     std::error_code ec;
@@ -130,7 +131,7 @@ class RecipeRun {
   // reported as bad input (and never overwritten).
   void LoadGolden() {
     if (options_.no_golden) {
-      golden_skip_ = "disabled by --no-golden";
+      golden_skip_ = options_.no_golden_reason;
       return;
     }
     if (fs::exists(golden_path_)) {
@@ -154,7 +155,8 @@ class RecipeRun {
         } catch (const InputError&) {
           why = "unreadable";
         }
-        others += (others.empty() ? "" : "; ") + entry.path().filename().string() + " (" + why + ")";
+        others +=
+            (others.empty() ? "" : "; ") + entry.path().filename().string() + " (" + why + ")";
       }
     }
     golden_skip_ = "no golden for this machine's fingerprint " + fingerprint_.key + " in " +
@@ -165,7 +167,8 @@ class RecipeRun {
   Environment EnvironmentFor(const std::string& arm, int64_t index) const {
     Environment env;
     for (const Perturbation& p : perturbations_) {
-      if (p.arm == arm && (p.run == 0 || p.run == index)) env.push_back({"BITPARITY_PERTURB", p.spec});
+      if (p.arm == arm && (p.run == 0 || p.run == index))
+        env.push_back({"BITPARITY_PERTURB", p.spec});
     }
     return env;
   }
@@ -210,8 +213,8 @@ class RecipeRun {
                           "  remaining ~%.0f s\n",
                           arm.c_str(), static_cast<long long>(k),
                           static_cast<long long>(options_.repeats),
-                          static_cast<long long>(e.iteration),
-                          static_cast<long long>(e.iterations), e.loss, elapsed, eta);
+                          static_cast<long long>(e.iteration), static_cast<long long>(e.iterations),
+                          e.loss, elapsed, eta);
             console_ << line << std::flush;
           };
         }
@@ -223,8 +226,8 @@ class RecipeRun {
           error.name = arm + " run " + std::to_string(k);
           error.verdict = Verdict::kError;
           error.summary = FirstLine(result.failure);
-          error.details = result.failure.substr(std::min(result.failure.size(),
-                                                         error.summary.size() + 1));
+          error.details =
+              result.failure.substr(std::min(result.failure.size(), error.summary.size() + 1));
           error.figures["failed_rank"] = result.failed_rank;
           Record(error, {});
           infrastructure_error_ = result.failure;
@@ -447,7 +450,8 @@ class RecipeRun {
         }
         for (size_t i = 0; i < r.trace->ranks[0].iterations.size(); ++i) {
           int64_t p = 0;
-          for (const RankTrace& rank : r.trace->ranks) p = std::max(p, rank.iterations[i].peak_bytes);
+          for (const RankTrace& rank : r.trace->ranks)
+            p = std::max(p, rank.iterations[i].peak_bytes);
           peak.push_back(p);
         }
         run["loss"] = loss;
@@ -520,9 +524,9 @@ class RecipeRun {
         while (std::getline(details, line)) out << "  " << line << "\n";
       }
     }
-    const char* verdict = outcome.exit_code == kExitPass            ? "PASS"
-                          : outcome.exit_code == kExitCheckFailed  ? "FAIL"
-                                                                   : "ERROR";
+    const char* verdict = outcome.exit_code == kExitPass          ? "PASS"
+                          : outcome.exit_code == kExitCheckFailed ? "FAIL"
+                                                                  : "ERROR";
     out << "result: " << verdict << " (exit " << outcome.exit_code << "); reports: " << out_dir_
         << "/junit.xml, " << out_dir_ << "/report.json\n";
     console_ << out.str() << std::flush;

@@ -22,9 +22,10 @@ struct RunOptions {
   std::string out_dir;            // default: out/<recipe name>
   std::vector<std::string> arms;  // default: every arm of the recipe
   int64_t repeats = 2;
-  std::string golden_dir;         // default: golden/ next to the recipe's folder
+  std::string golden_dir;  // default: golden/ next to the recipe's folder
   bool update_golden = false;
   bool no_golden = false;
+  std::string no_golden_reason = "disabled by --no-golden";
   // Developer switch: "ARM:RUN:SPEC" adds a BITPARITY_PERTURB=SPEC to run RUN (1-based, or
   // "all") of ARM.
   std::vector<std::string> perturb;

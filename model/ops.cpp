@@ -7,6 +7,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "core/fp8.h"
+
 namespace bitparity {
 namespace ops {
 namespace {
@@ -55,6 +57,67 @@ class AuxLossScaler : public torch::autograd::Function<AuxLossScaler> {
   }
 };
 
+// Every element replaced by the value its FP8 code stands for, with blocks of
+// block_rows x block_cols along a [rows, cols] matrix; returned in bf16 (exact there).
+at::Tensor Fp8RoundTrip(const at::Tensor& matrix, int64_t block_rows, int64_t block_cols,
+                        fp8::Scaling scaling) {
+  at::Tensor values = matrix.to(at::kFloat).contiguous().clone();
+  fp8::QuantizeDequantize(values.data_ptr<float>(), values.size(0), values.size(1), block_rows,
+                          block_cols, scaling);
+  return values.to(at::kBFloat16);
+}
+
+// The emulated FP8 GEMM of a linear layer: each GEMM (forward, dgrad, wgrad) quantizes both
+// operands from the high-precision tensors, in blocks along its reduction dimension, and
+// multiplies the dequantized values in bf16 with fp32 accumulation.
+//   blockwise: activations and gradients in 1 x 128 tiles, weights in 128 x 128 blocks.
+//   mxfp8:     every operand in 1 x 32 blocks along the reduction dimension.
+class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            int64_t recipe) {
+    const auto precision = static_cast<PrecisionRecipe>(recipe);
+    const int64_t k = x.size(-1);
+    at::Tensor x2 = x.reshape({-1, k});
+    at::Tensor y;
+    if (precision == PrecisionRecipe::kBlockwise) {
+      y = at::mm(Fp8RoundTrip(x2, 1, 128, fp8::Scaling::kBlockwise),
+                 Fp8RoundTrip(weight, 128, 128, fp8::Scaling::kBlockwise).t());
+    } else {
+      y = at::mm(Fp8RoundTrip(x2, 1, 32, fp8::Scaling::kMx),
+                 Fp8RoundTrip(weight, 1, 32, fp8::Scaling::kMx).t());
+    }
+    ctx->save_for_backward({x2, weight});
+    ctx->saved_data["recipe"] = recipe;
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = weight.size(0);
+    return y.view(shape);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x2 = saved[0];
+    const at::Tensor& weight = saved[1];
+    const auto precision = static_cast<PrecisionRecipe>(ctx->saved_data["recipe"].toInt());
+    const int64_t n = weight.size(0);
+    at::Tensor g = grads[0].to(at::kBFloat16).reshape({-1, n}).contiguous();
+    at::Tensor dx, dw;
+    if (precision == PrecisionRecipe::kBlockwise) {
+      const auto s = fp8::Scaling::kBlockwise;
+      // dgrad reduces over the output features; wgrad over the tokens.
+      dx = at::mm(Fp8RoundTrip(g, 1, 128, s), Fp8RoundTrip(weight, 128, 128, s));
+      dw = at::mm(Fp8RoundTrip(g, 128, 1, s).t(), Fp8RoundTrip(x2, 128, 1, s));
+    } else {
+      const auto s = fp8::Scaling::kMx;
+      dx = at::mm(Fp8RoundTrip(g, 1, 32, s), Fp8RoundTrip(weight, 32, 1, s));
+      dw = at::mm(Fp8RoundTrip(g, 32, 1, s).t(), Fp8RoundTrip(x2, 32, 1, s));
+    }
+    std::vector<int64_t> shape = grads[0].sizes().vec();
+    shape.back() = weight.size(1);
+    return {dx.view(shape).to(grads[0].scalar_type()), dw.to(weight.scalar_type()), at::Tensor()};
+  }
+};
+
 at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& rope) {
   const int64_t half = x.size(-1) / 2;
   at::Tensor xf = x.to(at::kFloat);
@@ -86,10 +149,9 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, PrecisionRecipe
       return at::linear(x, weight);
     case PrecisionRecipe::kBlockwise:
     case PrecisionRecipe::kMxfp8:
-      break;
+      return Fp8LinearFunction::apply(x, weight, static_cast<int64_t>(precision));
   }
-  throw std::logic_error(std::string("Linear: precision ") + ToString(precision) +
-                         " has no GEMM implementation in this build");
+  throw std::logic_error("Linear: unknown precision recipe");
 }
 
 RopeTables MakeRopeTables(int64_t seq_len, int64_t head_dim, double theta) {

@@ -88,7 +88,8 @@ std::vector<BadRecipe> BadRecipes() {
       {"negative_lr", Replace(v, "iterations = 3", "iterations = 3\nlr = -1.0"),
        "[train] lr must be a finite number > 0"},
       {"bad_precision", Replace(v, "recipe = \"bf16\"", "recipe = \"fp16\""),
-       "[precision] recipe must be one of \"fp32\", \"bf16\", got \"fp16\""},
+       "[precision] recipe must be one of \"fp32\", \"bf16\", \"blockwise\", \"mxfp8\", got "
+       "\"fp16\""},
       {"full_without_method", Replace(v, "method = \"uniform\"\n", ""),
        "recompute method must be set"},
       {"full_without_num_layers", Replace(v, "num_layers = 1\n", ""),
@@ -193,6 +194,7 @@ TEST(RecipeValidation, ArmOverridesRecomputeAndPrecision) {
 TEST(RecipeValidation, ShippedRecipesAreValid) {
   for (const auto& entry : std::filesystem::directory_iterator(testing::SourceDir() + "/recipes")) {
     if (entry.path().extension() != ".toml") continue;
+    if (testing::ReadFile(entry.path().string()).find("[matrix]") != std::string::npos) continue;
     EXPECT_NO_THROW(LoadRecipe(entry.path().string())) << entry.path();
   }
 }

@@ -1,0 +1,370 @@
+#include "harness/matrix_command.h"
+
+#include <toml++/toml.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <ostream>
+#include <sstream>
+#include <thread>
+
+#include "core/errors.h"
+#include "core/recipe.h"
+#include "harness/report.h"
+#include "harness/run_command.h"
+
+namespace bitparity {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kKnownAxes = {"precision", "recompute", "mtp_layers", "dispatcher"};
+
+std::string Trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t");
+  const size_t b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open");
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+toml::table& Table(toml::table& root, const char* name) {
+  if (!root.contains(name)) root.insert(name, toml::table{});
+  return *root[name].as_table();
+}
+
+// Applies one axis value to a recipe table; InputError for a value the axis cannot take.
+void Apply(toml::table& recipe, const std::string& axis, const std::string& value,
+           const std::string& where) {
+  if (axis == "precision") {
+    Table(recipe, "precision").insert_or_assign("recipe", value);
+  } else if (axis == "dispatcher") {
+    Table(recipe, "model").insert_or_assign("dispatcher", value);
+  } else if (axis == "mtp_layers") {
+    try {
+      Table(recipe, "model").insert_or_assign("mtp_layers", std::stoll(value));
+    } catch (const std::exception&) {
+      throw InputError(where + ": mtp_layers values must be integers, got '" + value + "'");
+    }
+  } else if (axis == "recompute") {
+    toml::table r;
+    if (value == "none") {
+      r.insert("granularity", "none");
+    } else if (value == "chunk") {
+      r.insert("granularity", "full");
+      r.insert("unit", "chunk");
+    } else {
+      const size_t dash = value.find('-');
+      const std::string method = value.substr(0, dash);
+      long long k = 0;
+      try {
+        k = dash == std::string::npos ? 0 : std::stoll(value.substr(dash + 1));
+      } catch (const std::exception&) {
+        k = 0;
+      }
+      if ((method != "uniform" && method != "block") || k < 1) {
+        throw InputError(where + ": recompute values are none, chunk, uniform-K or block-K, got '" +
+                         value + "'");
+      }
+      r.insert("granularity", "full");
+      r.insert("method", method);
+      r.insert("num_layers", k);
+    }
+    recipe.insert_or_assign("recompute", r);
+  }
+}
+
+std::string CellName(const std::vector<std::string>& axes,
+                     const std::map<std::string, std::string>& values) {
+  std::string name;
+  for (const std::string& axis : axes) {
+    std::string v = values.at(axis);
+    if (axis == "mtp_layers") v = "mtp" + v;
+    v.erase(std::remove(v.begin(), v.end(), '-'), v.end());
+    name += (name.empty() ? "" : "-") + v;
+  }
+  return name;
+}
+
+}  // namespace
+
+Matrix LoadMatrix(const std::string& path) {
+  if (!fs::exists(path)) throw InputError(path + ": matrix file not found");
+  toml::table root;
+  try {
+    root = toml::parse(ReadText(path), path);
+  } catch (const toml::parse_error& e) {
+    throw InputError(path + ":" + std::to_string(e.source().begin.line) +
+                     ": not valid TOML: " + std::string(e.description()));
+  }
+  const toml::table* matrix = root["matrix"].as_table();
+  if (!matrix) throw InputError(path + ": has no [matrix] table");
+  for (const auto& [key, node] : root) {
+    if (key.str() != "matrix") {
+      throw InputError(path + ": has unknown key '" + std::string(key.str()) +
+                       "' (a matrix file holds only [matrix]; the recipe goes in its base)");
+    }
+  }
+  Matrix m;
+  m.path = path;
+  m.name = matrix->get_as<std::string>("name") ? **matrix->get_as<std::string>("name")
+                                               : fs::path(path).stem().string();
+  const auto* base = matrix->get_as<std::string>("base");
+  if (!base) throw InputError(path + ": [matrix] base must name a recipe file");
+  m.base_path = (fs::path(path).parent_path() / base->get()).string();
+  for (const auto& [key, node] : *matrix) {
+    const std::string k(key.str());
+    if (k != "name" && k != "base" && k != "axes" && k != "filters" && k != "description") {
+      throw InputError(path + ": [matrix] has unknown key '" + k +
+                       "'; known keys: name, description, base, axes, filters");
+    }
+  }
+  const toml::table* axes = (*matrix)["axes"].as_table();
+  if (!axes || axes->empty())
+    throw InputError(path + ": [matrix.axes] must list at least one axis");
+  std::vector<std::vector<std::string>> values;
+  for (const auto& [key, node] : *axes) {
+    const std::string axis(key.str());
+    if (std::find(kKnownAxes.begin(), kKnownAxes.end(), axis) == kKnownAxes.end()) {
+      throw InputError(path + ": [matrix.axes] has unknown axis '" + axis +
+                       "'; known axes: precision, recompute, mtp_layers, dispatcher");
+    }
+    const toml::array* list = node.as_array();
+    if (!list || list->empty()) {
+      throw InputError(path + ": [matrix.axes] " + axis + " must be a non-empty array");
+    }
+    std::vector<std::string> axis_values;
+    for (const toml::node& v : *list) {
+      if (v.is_string()) {
+        axis_values.push_back(v.as_string()->get());
+      } else if (v.is_integer()) {
+        axis_values.push_back(std::to_string(v.as_integer()->get()));
+      } else {
+        throw InputError(path + ": [matrix.axes] " + axis + " values must be strings or integers");
+      }
+    }
+    m.axes.push_back(axis);
+    values.push_back(axis_values);
+  }
+  if (const toml::table* filters = (*matrix)["filters"].as_table()) {
+    for (const auto& [key, node] : *filters) {
+      if (!node.is_string()) {
+        throw InputError(path + ": [matrix.filters] " + std::string(key.str()) +
+                         " must be a string");
+      }
+      m.filters[std::string(key.str())] = node.as_string()->get();
+    }
+  }
+  // The base is a full recipe in its own right; each cell overrides the axes' keys.
+  LoadRecipe(m.base_path);
+  toml::table base_table = toml::parse(ReadText(m.base_path), m.base_path);
+  std::vector<size_t> index(m.axes.size(), 0);
+  for (;;) {
+    MatrixCell cell;
+    toml::table recipe = base_table;
+    for (size_t a = 0; a < m.axes.size(); ++a) {
+      cell.values[m.axes[a]] = values[a][index[a]];
+      Apply(recipe, m.axes[a], values[a][index[a]], path);
+    }
+    cell.name = CellName(m.axes, cell.values);
+    recipe.insert_or_assign("name", m.name + "-" + cell.name);
+    std::ostringstream text;
+    text << "# Cell " << cell.name << " of " << path << ", expanded from " << m.base_path << "\n"
+         << recipe << "\n";
+    cell.recipe_text = text.str();
+    m.cells.push_back(std::move(cell));
+    size_t a = m.axes.size();
+    while (a > 0) {
+      --a;
+      if (++index[a] < values[a].size()) break;
+      index[a] = 0;
+      if (a == 0) return m;
+    }
+    if (m.axes.empty()) return m;
+  }
+}
+
+bool CellMatches(const Matrix& matrix, const MatrixCell& cell, const std::string& filter) {
+  if (filter.empty()) return true;
+  auto named = matrix.filters.find(filter);
+  const std::string expression = named == matrix.filters.end() ? filter : named->second;
+  std::stringstream terms(expression);
+  std::string term;
+  while (std::getline(terms, term, ',')) {
+    term = Trim(term);
+    if (term.empty()) continue;
+    const size_t eq = term.find('=');
+    if (eq == std::string::npos) {
+      throw InputError("--filter '" + filter + "': '" + term + "' is neither a filter of " +
+                       matrix.path + " nor axis=value[|value...]");
+    }
+    const std::string axis = Trim(term.substr(0, eq));
+    auto it = cell.values.find(axis);
+    if (it == cell.values.end()) {
+      throw InputError("--filter '" + filter + "': the matrix has no axis '" + axis + "'");
+    }
+    bool any = false;
+    std::stringstream alternatives(term.substr(eq + 1));
+    std::string value;
+    while (std::getline(alternatives, value, '|')) any |= Trim(value) == it->second;
+    if (!any) return false;
+  }
+  return true;
+}
+
+int RunMatrix(const MatrixOptions& options, std::ostream& console) {
+  const auto start = std::chrono::steady_clock::now();
+  Matrix matrix = LoadMatrix(options.matrix_path);
+  std::vector<const MatrixCell*> selected;
+  for (const MatrixCell& cell : matrix.cells) {
+    if (CellMatches(matrix, cell, options.filter)) selected.push_back(&cell);
+  }
+  if (selected.empty()) throw InputError("--filter '" + options.filter + "' selects no cell");
+  const std::string out_dir = options.out_dir.empty() ? "out/" + matrix.name : options.out_dir;
+  fs::create_directories(out_dir);
+
+  // Cells whose recipe breaks a rule cannot run: skipped, with the validation message.
+  std::vector<SuiteReport> suites(selected.size());
+  std::vector<int> exit_codes(selected.size(), kExitPass);
+  std::vector<std::string> paths(selected.size());
+  std::vector<size_t> runnable;
+  for (size_t i = 0; i < selected.size(); ++i) {
+    const MatrixCell& cell = *selected[i];
+    suites[i].name = matrix.name + "." + cell.name;
+    suites[i].timestamp = UtcTimestamp();
+    const fs::path dir = fs::path(out_dir) / cell.name;
+    fs::create_directories(dir);
+    paths[i] = (dir / "recipe.toml").string();
+    std::ofstream(paths[i], std::ios::binary) << cell.recipe_text;
+    try {
+      ParseRecipe(cell.recipe_text, paths[i]);
+      runnable.push_back(i);
+    } catch (const InputError& e) {
+      CheckResult skipped;
+      skipped.name = "cell";
+      skipped.verdict = Verdict::kSkipped;
+      skipped.summary = std::string("cannot run: ") + e.what();
+      suites[i].checks.push_back(skipped);
+    }
+  }
+
+  console << "matrix " << matrix.name << ": " << selected.size() << " of " << matrix.cells.size()
+          << " cells selected, " << runnable.size() << " runnable, " << options.jobs
+          << " at a time\n";
+  std::mutex mutex;
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t n = next++; n < runnable.size(); n = next++) {
+      const size_t i = runnable[n];
+      RunOptions run;
+      run.recipe_path = paths[i];
+      run.out_dir = (fs::path(out_dir) / selected[i]->name).string();
+      run.repeats = options.repeats;
+      run.no_golden = true;
+      run.no_golden_reason = "matrix cells are compared across arms, not with goldens";
+      run.quiet = true;
+      run.command_line = options.command_line;
+      std::ostringstream cell_console;
+      RunOutcome outcome;
+      try {
+        outcome = RunRecipe(run, cell_console);
+      } catch (const std::exception& e) {
+        outcome.exit_code = kExitInfrastructure;
+        CheckResult error;
+        error.name = "cell";
+        error.verdict = Verdict::kError;
+        error.summary = e.what();
+        outcome.suite.checks.push_back(error);
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      outcome.suite.name = suites[i].name;
+      suites[i] = outcome.suite;
+      exit_codes[i] = outcome.exit_code;
+      int failed = 0;
+      for (const CheckResult& c : outcome.suite.checks) {
+        failed += c.verdict == Verdict::kFail || c.verdict == Verdict::kError;
+      }
+      char line[256];
+      std::snprintf(line, sizeof(line), "  %-40s %s (%zu checks, %d failed, %.1f s)\n",
+                    selected[i]->name.c_str(), failed ? "FAIL" : "pass",
+                    outcome.suite.checks.size(), failed, outcome.suite.seconds);
+      console << line << std::flush;
+      if (failed && !options.quiet) console << cell_console.str();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int64_t j = 0; j < std::max<int64_t>(1, options.jobs); ++j) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+
+  // The cells x checks table.
+  std::vector<std::string> columns;
+  auto column_of = [&](const std::string& check) {
+    // "overlap vs reference: loss" and the like share a column across cells.
+    auto it = std::find(columns.begin(), columns.end(), check);
+    if (it == columns.end()) {
+      columns.push_back(check);
+      return columns.size() - 1;
+    }
+    return static_cast<size_t>(it - columns.begin());
+  };
+  for (const SuiteReport& s : suites) {
+    for (const CheckResult& c : s.checks) column_of(c.name);
+  }
+  nlohmann::json report;
+  report["matrix"] = {{"name", matrix.name}, {"path", matrix.path}, {"base", matrix.base_path}};
+  report["filter"] = options.filter;
+  report["axes"] = matrix.axes;
+  report["checks"] = columns;
+  report["cells"] = nlohmann::json::array();
+  int worst = kExitPass;
+  std::ostringstream table;
+  table << "\ncells x checks (P pass, F fail, S skipped, E error):\n";
+  for (size_t c = 0; c < columns.size(); ++c) table << "  [" << c + 1 << "] " << columns[c] << "\n";
+  for (size_t i = 0; i < selected.size(); ++i) {
+    nlohmann::json cell = {{"name", selected[i]->name},
+                           {"values", selected[i]->values},
+                           {"exit_code", exit_codes[i]},
+                           {"seconds", suites[i].seconds}};
+    std::string row(columns.size(), '-');
+    nlohmann::json verdicts = nlohmann::json::object();
+    for (const CheckResult& c : suites[i].checks) {
+      const char mark = c.verdict == Verdict::kPass      ? 'P'
+                        : c.verdict == Verdict::kFail    ? 'F'
+                        : c.verdict == Verdict::kSkipped ? 'S'
+                                                         : 'E';
+      row[column_of(c.name)] = mark;
+      verdicts[c.name] = {{"verdict", ToString(c.verdict)}, {"summary", c.summary}};
+    }
+    cell["checks"] = verdicts;
+    report["cells"].push_back(cell);
+    char line[128];
+    std::snprintf(line, sizeof(line), "  %-40s ", selected[i]->name.c_str());
+    table << line;
+    for (char mark : row) table << ' ' << mark;
+    table << "\n";
+    worst = std::max(worst, exit_codes[i]);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report["exit_code"] = worst;
+  report["seconds"] = seconds;
+  WriteJunit((fs::path(out_dir) / "junit.xml").string(), suites);
+  WriteJson((fs::path(out_dir) / "report.json").string(), report);
+  const char* verdict = worst == kExitPass ? "PASS" : worst == kExitCheckFailed ? "FAIL" : "ERROR";
+  table << "result: " << verdict << " (exit " << worst << ") in " << static_cast<int>(seconds)
+        << " s; reports: " << out_dir << "/junit.xml, " << out_dir << "/report.json\n";
+  console << table.str() << std::flush;
+  return worst;
+}
+
+}  // namespace bitparity

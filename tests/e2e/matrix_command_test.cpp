@@ -1,0 +1,114 @@
+// `bitparity matrix`: the CI subset of the shipped matrix passes, with one JUnit testsuite per
+// cell; cells whose configuration breaks a rule are reported as skipped with the reason;
+// filters select cells by axis values; bad matrix files are bad input.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <pugixml.hpp>
+
+#include "tests/support/test_support.h"
+
+namespace bitparity {
+namespace {
+
+TEST(MatrixCommand, ShippedMatrixCiSubsetPasses) {
+  testing::TempDir dir;
+  testing::CommandResult r =
+      testing::RunBitparity({"matrix", testing::SourceDir() + "/recipes/matrix.toml", "--filter",
+                             "ci", "--out", dir.File("m")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  pugi::xml_document junit;
+  ASSERT_TRUE(junit.load_file(dir.File("m/junit.xml").c_str()));
+  size_t suites = 0;
+  for (pugi::xml_node s : junit.child("testsuites").children("testsuite")) {
+    ++suites;
+    EXPECT_EQ(std::string(s.attribute("failures").value()), "0");
+  }
+  EXPECT_EQ(suites, 6u);  // 3 precisions x 2 recompute settings
+  nlohmann::json report = nlohmann::json::parse(testing::ReadFile(dir.File("m/report.json")));
+  EXPECT_EQ(report["cells"].size(), 6u);
+  EXPECT_EQ(report["exit_code"], 0);
+  EXPECT_NE(r.output.find("cells x checks"), std::string::npos);
+}
+
+const char kBase[] = R"(
+[model]
+hidden = 32
+heads = 4
+layers = 2
+first_k_dense = 1
+experts = 4
+topk = 2
+moe_ffn = 32
+ffn = 64
+vocab = 64
+seq_len = 16
+[parallel]
+ep = 2
+[train]
+micro_batch = 2
+global_batch = 8
+iterations = 2
+[arms.reference]
+engine = "reference"
+[arms.overlap]
+engine = "overlap"
+)";
+
+TEST(MatrixCommand, InvalidCellsAreSkippedWithTheReasonAndFiltersSelect) {
+  testing::TempDir dir;
+  dir.Write("base.toml", kBase);
+  const std::string matrix = dir.Write("m.toml", R"(
+[matrix]
+base = "base.toml"
+[matrix.axes]
+recompute = ["uniform-2", "block-1"]
+mtp_layers = [0, 1]
+[matrix.filters]
+mtp = "mtp_layers=1"
+)");
+  testing::CommandResult r = testing::RunBitparity(
+      {"matrix", matrix, "--filter", "mtp", "--out", dir.File("out"), "--repeats", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json report = nlohmann::json::parse(testing::ReadFile(dir.File("out/report.json")));
+  ASSERT_EQ(report["cells"].size(), 2u);  // the filter kept the two MTP cells
+  bool saw_skip = false;
+  for (const auto& cell : report["cells"]) {
+    if (cell["values"]["recompute"] == "uniform-2") {
+      const auto& c = cell["checks"]["cell"];
+      EXPECT_EQ(c["verdict"], "skipped");
+      EXPECT_NE(c["summary"].get<std::string>().find("num_layers must be 1"), std::string::npos)
+          << c["summary"];
+      saw_skip = true;
+    } else {
+      EXPECT_EQ(cell["checks"]["overlap vs reference: gradients"]["verdict"], "pass");
+    }
+  }
+  EXPECT_TRUE(saw_skip);
+  // An expression filter.
+  testing::CommandResult one =
+      testing::RunBitparity({"matrix", matrix, "--filter", "recompute=block-1, mtp_layers=0",
+                             "--out", dir.File("one"), "--repeats", "1"});
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("1 of 4 cells selected"), std::string::npos) << one.output;
+}
+
+TEST(MatrixCommand, BadMatrixFilesAreBadInput) {
+  testing::TempDir dir;
+  dir.Write("base.toml", kBase);
+  for (const char* body :
+       {"[matrix]\nbase = \"base.toml\"\n[matrix.axes]\nspeed = [1]\n",
+        "[matrix]\nbase = \"missing.toml\"\n[matrix.axes]\nmtp_layers = [0]\n",
+        "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\nrecompute = [\"diagonal-2\"]\n"}) {
+    const std::string matrix = dir.Write("bad.toml", body);
+    testing::CommandResult r = testing::RunBitparity({"matrix", matrix, "--out", dir.File("o")});
+    EXPECT_EQ(r.exit_code, 2) << body << r.output;
+  }
+  const std::string good =
+      dir.Write("good.toml", "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\nmtp_layers = [0]\n");
+  EXPECT_EQ(testing::RunBitparity({"matrix", good, "--filter", "nope=1"}).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace bitparity

@@ -5,13 +5,16 @@
 #include <c10/core/impl/alloc_cpu.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <mutex>
 
 namespace bitparity {
 namespace {
 
 std::atomic<int64_t> g_current{0};
 std::atomic<int64_t> g_peak{0};
+std::atomic<int64_t> g_window_peak{0};
 std::atomic<bool> g_installed{false};
 
 // Keeps data == context (some kernels call raw_allocate, which requires it), so the allocation
@@ -35,6 +38,9 @@ class CountingCpuAllocator final : public c10::Allocator {
     int64_t peak = g_peak.load();
     while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
     }
+    int64_t window = g_window_peak.load();
+    while (now > window && !g_window_peak.compare_exchange_weak(window, now)) {
+    }
     return {data, data, &Delete, c10::Device(c10::DeviceType::CPU)};
   }
 
@@ -56,5 +62,47 @@ bool MemoryTracker::installed() { return g_installed.load(); }
 int64_t MemoryTracker::current_bytes() { return g_current.load(); }
 int64_t MemoryTracker::peak_bytes() { return g_peak.load(); }
 void MemoryTracker::ResetPeak() { g_peak.store(g_current.load()); }
+
+namespace {
+
+std::atomic<bool> g_timeline_on{false};
+std::mutex g_timeline_mutex;
+std::vector<MemorySample> g_samples;
+int64_t g_iteration = 0;
+
+}  // namespace
+
+void MemoryTimeline::Enable(bool on) {
+  g_timeline_on.store(on);
+  g_window_peak.store(g_current.load());
+}
+
+bool MemoryTimeline::enabled() { return g_timeline_on.load(); }
+
+void MemoryTimeline::SetIteration(int64_t iteration) {
+  std::lock_guard<std::mutex> lock(g_timeline_mutex);
+  g_iteration = iteration;
+}
+
+void MemoryTimeline::Mark(const std::string& label) {
+  if (!g_timeline_on.load()) return;
+  MemorySample sample;
+  sample.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count();
+  sample.current_bytes = g_current.load();
+  sample.peak_bytes = g_window_peak.exchange(sample.current_bytes);
+  sample.label = label;
+  std::lock_guard<std::mutex> lock(g_timeline_mutex);
+  sample.iteration = g_iteration;
+  g_samples.push_back(std::move(sample));
+}
+
+std::vector<MemorySample> MemoryTimeline::Take() {
+  std::lock_guard<std::mutex> lock(g_timeline_mutex);
+  std::vector<MemorySample> out;
+  out.swap(g_samples);
+  return out;
+}
 
 }  // namespace bitparity

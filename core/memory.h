@@ -6,6 +6,8 @@
 // allocate outside the c10 allocator (library scratch buffers) is not seen.
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace bitparity {
 
@@ -19,6 +21,27 @@ class MemoryTracker {
   static int64_t peak_bytes();
   // Starts a new peak window at the current level.
   static void ResetPeak();
+};
+
+// One point of a memory timeline: live bytes at a mark and the peak since the previous mark.
+struct MemorySample {
+  int64_t iteration = 0;
+  int64_t time_ns = 0;
+  int64_t current_bytes = 0;
+  int64_t peak_bytes = 0;
+  std::string label;  // the phase that just ended, e.g. "replay segment[1] mb0"
+};
+
+// A process-wide recorder of MemorySamples at phase marks (off unless enabled).
+class MemoryTimeline {
+ public:
+  static void Enable(bool on);
+  static bool enabled();
+  static void SetIteration(int64_t iteration);
+  // Records the live bytes now and the peak since the previous mark; no-op when disabled.
+  static void Mark(const std::string& label);
+  // Returns the samples recorded so far and forgets them.
+  static std::vector<MemorySample> Take();
 };
 
 }  // namespace bitparity

@@ -214,6 +214,27 @@ class Writer {
     Dataset(g, "grad_digest", {n, params}, H5T_STD_U64LE, H5T_NATIVE_UINT64, grad_digest.data());
     Dataset(g, "param_digest", {n, params}, H5T_STD_U64LE, H5T_NATIVE_UINT64, param_digest.data());
 
+    if (!rank.memory_timeline.empty()) {
+      Hid timeline = Group(g, "memory_timeline");
+      const size_t m = rank.memory_timeline.size();
+      std::vector<int64_t> it(m), t(m), current(m), peak_bytes(m);
+      std::vector<std::string> labels(m);
+      for (size_t i = 0; i < m; ++i) {
+        const MemorySample& sample = rank.memory_timeline[i];
+        it[i] = sample.iteration;
+        t[i] = sample.time_ns;
+        current[i] = sample.current_bytes;
+        peak_bytes[i] = sample.peak_bytes;
+        labels[i] = sample.label;
+      }
+      const hid_t tg = timeline.get();
+      Dataset(tg, "iteration", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, it.data());
+      Dataset(tg, "time_ns", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, t.data());
+      Dataset(tg, "current_bytes", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, current.data());
+      Dataset(tg, "peak_bytes", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, peak_bytes.data());
+      StringDataset(tg, "label", labels);
+    }
+
     Hid dumps = Group(g, "grad_dumps");
     for (const auto& [it, tensors] : rank.grad_dumps) {
       Hid iter_group = Group(dumps.get(), GroupNameForIteration(it));
@@ -475,6 +496,24 @@ class Reader {
       r.param_digests.assign(param_digest.begin() + i * params,
                              param_digest.begin() + (i + 1) * params);
       rank.iterations.push_back(std::move(r));
+    }
+
+    if (H5Lexists(g, "memory_timeline", H5P_DEFAULT) > 0) {
+      Hid timeline = OpenGroup(g, "memory_timeline");
+      const hid_t tg = timeline.get();
+      Hid set = OpenDataset(tg, "iteration");
+      std::vector<hsize_t> tdims = Dims(set.get(), "memory_timeline/iteration");
+      set.Reset();
+      if (tdims.size() != 1) Fail("memory_timeline/iteration must be one-dimensional");
+      auto it = Read<int64_t>(tg, "iteration", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
+      auto t = Read<int64_t>(tg, "time_ns", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
+      auto current = Read<int64_t>(tg, "current_bytes", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
+      auto peak_bytes = Read<int64_t>(tg, "peak_bytes", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
+      std::vector<std::string> labels = ReadStrings(tg, "label");
+      if (labels.size() != it.size()) Fail("memory_timeline/label has the wrong length");
+      for (size_t i = 0; i < it.size(); ++i) {
+        rank.memory_timeline.push_back({it[i], t[i], current[i], peak_bytes[i], labels[i]});
+      }
     }
 
     Hid dumps = OpenGroup(g, "grad_dumps");

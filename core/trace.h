@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/memory.h"
+
 namespace bitparity {
 
 inline constexpr char kTraceSchema[] = "bitparity.trace";
@@ -49,6 +51,7 @@ struct RankTrace {
   std::vector<IterationRecord> iterations;
   std::map<int64_t, std::vector<TensorDump>> grad_dumps;  // iteration -> main grads
   std::map<std::string, std::string> attributes;          // per-rank provenance
+  std::vector<MemorySample> memory_timeline;              // only with --memory-timeline
 };
 
 struct Trace {

@@ -76,6 +76,7 @@ struct ArmOptions {
   std::string out;
   std::string log_dir;
   bool quiet = false;
+  bool memory_timeline = false;
 };
 
 int RunArm(const ArmOptions& o, const std::string& command_line) {
@@ -108,6 +109,7 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
   launch.world_size = recipe.world_size();
   launch.timeout_seconds = recipe.parallel.timeout_seconds;
   launch.trace_attributes["command_line"] = command_line;
+  if (o.memory_timeline) launch.worker_arguments.push_back("--memory-timeline");
   if (!o.quiet) {
     launch.on_progress = [](const ProgressEvent& e) {
       std::printf("  iteration %lld/%lld  loss %.6f  %.3f s\n", static_cast<long long>(e.iteration),
@@ -150,6 +152,37 @@ int Diff(const std::string& path_a, const std::string& path_b, int64_t show) {
               static_cast<long long>(c.compared_records));
   for (size_t i = 1; i < c.kept.size(); ++i) std::printf("  %s\n", c.kept[i].Describe().c_str());
   return kExitCheckFailed;
+}
+
+int Timeline(const std::string& path, int64_t rank, int64_t iteration, bool csv) {
+  Trace trace = ReadTrace(path);
+  if (rank < 0 || rank >= static_cast<int64_t>(trace.ranks.size())) {
+    throw InputError(path + ": has no rank " + std::to_string(rank));
+  }
+  const std::vector<MemorySample>& samples = trace.ranks[rank].memory_timeline;
+  if (samples.empty()) {
+    throw InputError(path + ": has no memory timeline (record one with --memory-timeline)");
+  }
+  if (csv) std::printf("iteration,time_ms,current_bytes,peak_bytes,phase\n");
+  int64_t start = 0, shown = 0;
+  for (const MemorySample& s : samples) {
+    if (iteration > 0 && s.iteration != iteration) continue;
+    if (s.label == "iteration start") start = s.time_ns;
+    const double ms = (s.time_ns - start) / 1e6;
+    if (csv) {
+      std::printf("%lld,%.3f,%lld,%lld,\"%s\"\n", static_cast<long long>(s.iteration), ms,
+                  static_cast<long long>(s.current_bytes), static_cast<long long>(s.peak_bytes),
+                  s.label.c_str());
+    } else {
+      std::printf("%4lld %9.2f ms  live %9.3f MiB  peak %9.3f MiB  %s\n",
+                  static_cast<long long>(s.iteration), ms, s.current_bytes / 1048576.0,
+                  s.peak_bytes / 1048576.0, s.label.c_str());
+    }
+    ++shown;
+  }
+  if (shown == 0)
+    throw InputError(path + ": no samples for iteration " + std::to_string(iteration));
+  return kExitPass;
 }
 
 int Merge(const std::string& parts_dir, const std::string& out) {
@@ -204,6 +237,8 @@ int RunCli(int argc, char** argv, const CliHooks& hooks) {
                   "Developer switch: ARM:RUN:rank=R,iteration=I,param=NAME,element=K[,ulps=N] "
                   "adds N ulp to one main-grad element in run RUN (or 'all') of ARM");
   run->add_flag("--quiet", run_options.quiet, "Only print the summary");
+  run->add_flag("--memory-timeline", run_options.memory_timeline,
+                "Record a memory timeline in every trace (see `bitparity timeline`)");
   run->footer(kExitCodesHelp);
 
   MatrixOptions matrix_options;
@@ -238,6 +273,9 @@ int RunCli(int argc, char** argv, const CliHooks& hooks) {
   arm->add_option("--log-dir", arm_options.log_dir,
                   "Directory for the rank logs (default: TRACE.logs next to the trace)");
   arm->add_flag("--quiet", arm_options.quiet, "Do not print per-iteration progress");
+  arm->add_flag("--memory-timeline", arm_options.memory_timeline,
+                "Record live and peak CPU tensor bytes at every phase of every iteration (see "
+                "`bitparity timeline`)");
   arm->footer(kExitCodesHelp);
 
   std::string diff_a, diff_b;
@@ -259,6 +297,17 @@ int RunCli(int argc, char** argv, const CliHooks& hooks) {
   plan->add_option("RECIPE", plan_recipe, "Recipe file (.toml)")->required();
   plan->add_option("--arm", plan_arm, "Name of the arm")->required();
   plan->add_flag("--json", plan_json, "Print JSON instead of a table");
+
+  std::string timeline_trace;
+  int64_t timeline_rank = 0, timeline_iteration = 0;
+  bool timeline_csv = false;
+  CLI::App* timeline = app.add_subcommand(
+      "timeline", "Print a trace's memory timeline: live and peak CPU tensor bytes at every phase");
+  timeline->add_option("TRACE", timeline_trace, "Trace recorded with --memory-timeline")
+      ->required();
+  timeline->add_option("--rank", timeline_rank, "Rank (default 0)");
+  timeline->add_option("--iteration", timeline_iteration, "Only this iteration (default: all)");
+  timeline->add_flag("--csv", timeline_csv, "Print CSV");
 
   std::string merge_dir, merge_out;
   CLI::App* merge = app.add_subcommand(
@@ -295,6 +344,7 @@ int RunCli(int argc, char** argv, const CliHooks& hooks) {
     if (*arm) return RunArm(arm_options, JoinArgs(argc, argv));
     if (*diff) return Diff(diff_a, diff_b, diff_show);
     if (*merge) return Merge(merge_dir, merge_out);
+    if (*timeline) return Timeline(timeline_trace, timeline_rank, timeline_iteration, timeline_csv);
     if (*plan) return hooks.print_plan(plan_recipe, plan_arm, plan_json);
   } catch (const InputError& e) {
     std::cerr << "error: " << e.what() << std::endl;

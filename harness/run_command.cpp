@@ -183,6 +183,7 @@ class RecipeRun {
     launch.world_size = recipe_.world_size();
     launch.timeout_seconds = recipe_.parallel.timeout_seconds;
     launch.environment = env;
+    if (options_.memory_timeline) launch.worker_arguments.push_back("--memory-timeline");
     launch.trace_attributes["command_line"] = options_.command_line;
     return launch;
   }
@@ -311,8 +312,9 @@ class RecipeRun {
     const std::string trace = (dir / "trace.h5").string();
     LaunchOptions launch =
         Launch(ref.first, trace, runs_.at(ref.first).at(ref.second - 1).environment);
-    launch.worker_arguments = {"--dump-at", std::to_string(iteration), "--stop-after",
-                               std::to_string(iteration)};
+    launch.worker_arguments.insert(
+        launch.worker_arguments.end(),
+        {"--dump-at", std::to_string(iteration), "--stop-after", std::to_string(iteration)});
     if (!options_.quiet) {
       console_ << "  localizing: rerunning " << ref.first << " run " << ref.second
                << " with full gradient dumps at iteration " << iteration << "\n";

@@ -159,10 +159,12 @@ void LayerSchedule::FinishCombine() {
   Record("moe_combine", "forward", begin);
   // The tail of a recompute segment hands a grad-requiring tensor to its consumer, so that the
   // consumer's backward returns the gradient the replayed segment starts from.
+  output_ = combine_.outputs()[0];
   const bool combine_ends_segment = !mtp_ || context_->bugs.mtp_post_outside_segment;
   if (segment_tail_ && combine_ends_segment && combine_.forward_no_grad()) {
-    const_cast<at::Tensor&>(combine_.outputs()[0]).requires_grad_(true);
+    output_.requires_grad_(true);
   }
+  if (!mtp_) ReleaseRecomputed();  // a no-grad layer's nodes are of no further use
 }
 
 void LayerSchedule::MtpPostProcessForward() {
@@ -171,7 +173,7 @@ void LayerSchedule::MtpPostProcessForward() {
   GptModel* model = context_->model;
   ChunkState& state = chunk_->state();
   const bool last = last_mtp_;
-  mtp_post_.Forward({combine_.outputs()[0]}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
+  mtp_post_.Forward({output_}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
     at::Tensor normed = model->MtpFinalNorm(*mtp_weights_, in[0]);
     state.mtp_hidden_states.push_back(normed);
     if (!last) return std::vector<at::Tensor>{normed};
@@ -180,13 +182,14 @@ void LayerSchedule::MtpPostProcessForward() {
     return std::vector<at::Tensor>{joined};
   });
   Record("mtp_post_process", "forward", begin);
-  const at::Tensor& out = mtp_post_.outputs()[0];
-  if (segment_tail_ && !out.requires_grad()) const_cast<at::Tensor&>(out).requires_grad_(true);
+  output_ = mtp_post_.outputs()[0];
+  if (segment_tail_ && !output_.requires_grad()) output_.requires_grad_(true);
+  ReleaseRecomputed();
 }
 
 const at::Tensor& LayerSchedule::Output() {
   FinishCombine();
-  return mtp_ ? mtp_post_.outputs()[0] : combine_.outputs()[0];
+  return output_;
 }
 
 at::Tensor LayerSchedule::MtpPostProcessBackward(const at::Tensor& grad) {
@@ -248,6 +251,7 @@ void LayerSchedule::Release() {
   residual_ = at::Tensor();
   combine_pending_ = false;
   mlp_input_grads_.clear();
+  output_ = at::Tensor();
 }
 
 void LayerSchedule::ReleaseRecomputed() {
@@ -267,7 +271,7 @@ void LayerSchedule::ReleaseRecomputed() {
 bool LayerSchedule::holds_tensors() const {
   return attn_.holds_tensors() || dispatch_.holds_tensors() || mlp_.holds_tensors() ||
          combine_comm_.holds_tensors() || combine_.holds_tensors() || mtp_post_.holds_tensors() ||
-         routing_ || residual_.defined() || !mlp_input_grads_.empty();
+         routing_ || residual_.defined() || !mlp_input_grads_.empty() || output_.defined();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -368,7 +372,7 @@ void ChunkSchedule::PreProcessBackward() {
 
 void ChunkSchedule::ReleaseRecomputedActivations() {
   for (const LayerSegment& spec : context_->plan->recompute.segments) {
-    for (int64_t l = spec.first_layer; l <= spec.last_layer(); ++l) layers_[l]->ReleaseRecomputed();
+    for (int64_t l = spec.first_layer; l <= spec.last_layer(); ++l) layers_[l]->ReleaseOutput();
   }
 }
 

@@ -61,6 +61,8 @@ class LayerSchedule {
   // a no-op when already done.
   void FinishCombine();
   void MtpPostProcessForward();
+  // The layer's output (after mtp_post_process for MTP layers). A recomputed layer releases its
+  // nodes as soon as its forward is done and keeps only this tensor until the chunk step ends.
   const at::Tensor& Output();
 
   // Backward operations, in schedule order; `grad` is the gradient of the layer's output.
@@ -76,8 +78,13 @@ class LayerSchedule {
   // Marks the forward operations that follow as a recompute replay (for the timeline).
   void set_replaying(bool replaying) { replaying_ = replaying; }
   void Release();
-  // After the chunk's forward: releases the nodes that ran without a graph (they are replayed).
+  // Releases the nodes that ran without a graph (they are replayed); called when the layer's
+  // forward is done.
   void ReleaseRecomputed();
+  // After the chunk step: drops the kept output of a recomputed layer.
+  void ReleaseOutput() {
+    if (attn_.forward_no_grad()) output_ = at::Tensor();
+  }
   bool holds_tensors() const;
   int64_t index() const { return layer_; }
 
@@ -110,6 +117,7 @@ class LayerSchedule {
   at::Tensor residual_;  // the attention residual, detached by attn, consumed by combine
   bool combine_pending_ = false;
   std::vector<at::Tensor> mlp_input_grads_;
+  at::Tensor output_;
 };
 
 // A group of consecutive layers whose activations are rebuilt right before their backward.

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "core/memory.h"
+
 namespace bitparity {
 
 OverlapEngine::OverlapEngine(GptModel* model, const RecomputeConfig& recompute,
@@ -112,6 +114,13 @@ std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState
   for (size_t i = 0; i < plan_.ops.size(); ++i) {
     const NodeOp& op = plan_.ops[i];
     Execute(op, *chunks[op.microbatch]);
+    if (MemoryTimeline::enabled()) {
+      std::string label = std::string(ToString(op.node)) + " " + ToString(op.phase) + " mb" +
+                          std::to_string(op.microbatch);
+      if (op.layer >= 0) label += " layer " + std::to_string(op.layer);
+      if (op.segment >= 0) label += " segment " + std::to_string(op.segment);
+      MemoryTimeline::Mark(label);
+    }
     if (context_.bugs.flush_per_backward_call && op.phase == Phase::kBackward) {
       model_->parameters().FlushGradsToMainGrads();
     }

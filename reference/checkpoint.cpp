@@ -4,6 +4,8 @@
 
 #include <mutex>
 
+#include "core/memory.h"
+
 namespace bitparity {
 namespace {
 
@@ -47,7 +49,9 @@ class CheckpointNode : public torch::autograd::Node {
       torch::AutoGradMode enable(true);
       out = body_(leaves);
     }
+    MemoryTimeline::Mark("checkpoint replay");
     torch::autograd::backward({out}, {grad});
+    MemoryTimeline::Mark("checkpoint backward");
     SetRngState(ambient);
     variable_list result;
     for (const at::Tensor& leaf : leaves) result.push_back(leaf.grad());

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "core/memory.h"
 #include "reference/checkpoint.h"
 
 namespace bitparity {
@@ -102,8 +103,11 @@ std::vector<MicrobatchLosses> ReferenceEngine::RunIteration(std::vector<ChunkSta
   for (ChunkState& state : microbatches) {
     MicrobatchLosses losses;
     Forward(&state, &losses);
+    const std::string mb = " mb" + std::to_string(state.microbatch);
+    MemoryTimeline::Mark("forward" + mb);
     at::Tensor seed = at::full({}, model_->loss_grad_scale(), losses.objective.options());
     torch::autograd::backward({losses.objective}, {seed});
+    MemoryTimeline::Mark("backward" + mb);
     params.FlushGradsToMainGrads();
     losses.objective = at::Tensor();
     all.push_back(std::move(losses));

@@ -152,6 +152,8 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   const auto start = std::chrono::steady_clock::now();
   ParameterStore& params = model_->parameters();
   MemoryTracker::ResetPeak();
+  MemoryTimeline::SetIteration(iteration);
+  MemoryTimeline::Mark("iteration start");
   params.ZeroMainGrads();
   std::vector<MicrobatchLosses> losses;
   {
@@ -183,7 +185,9 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
     }
   }
   record.learning_rate = optimizer_->LearningRate(iteration);
+  MemoryTimeline::Mark("gradient reduction and norm");
   optimizer_->Step(iteration, record.learning_rate);
+  MemoryTimeline::Mark("optimizer step");
   for (const Parameter& p : params.all()) record.param_digests.push_back(TensorDigest(p.master));
 
   // Loss terms: this rank's means in microbatch order; the global loss summed in rank order.

@@ -42,7 +42,7 @@ std::string UtcNow() {
 }
 
 int Run(const std::string& recipe_path, const std::string& arm_name, const std::string& out_dir,
-        const std::vector<int64_t>& extra_dumps, int64_t stop_after) {
+        const std::vector<int64_t>& extra_dumps, int64_t stop_after, bool memory_timeline) {
   Recipe recipe = LoadRecipe(recipe_path);
   for (int64_t it : extra_dumps) {
     if (it < 1 || it > recipe.train.iterations) {
@@ -63,6 +63,7 @@ int Run(const std::string& recipe_path, const std::string& arm_name, const std::
   MaybeInjectFault(fault, context.rank, 0);
 
   MemoryTracker::Install();
+  MemoryTimeline::Enable(memory_timeline);
   ConfigureDeterminism(recipe.parallel.threads);
   // Collectives give up a little before the launcher's deadline, so that a rank stuck waiting for
   // a hung peer exits on its own and the launcher can tell the hung rank from its victims.
@@ -101,6 +102,7 @@ int Run(const std::string& recipe_path, const std::string& arm_name, const std::
     rank.iterations.push_back(std::move(record));
   }
 
+  rank.memory_timeline = MemoryTimeline::Take();
   Trace trace;
   trace.attributes["recipe"] = recipe.text;
   trace.attributes["recipe_path"] = recipe.path;
@@ -136,6 +138,8 @@ int WorkerMain(int argc, char** argv) {
   app.add_option("--dump-at", extra_dumps, "Also store full main grads at these iterations")
       ->delimiter(',');
   app.add_option("--stop-after", stop_after, "Stop after this iteration (0: run them all)");
+  bool memory_timeline = false;
+  app.add_flag("--memory-timeline", memory_timeline, "Record live bytes at every phase mark");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -145,7 +149,7 @@ int WorkerMain(int argc, char** argv) {
     return kExitBadInput;
   }
   try {
-    return Run(recipe_path, arm_name, out_dir, extra_dumps, stop_after);
+    return Run(recipe_path, arm_name, out_dir, extra_dumps, stop_after, memory_timeline);
   } catch (const InputError& e) {
     std::cerr << "error: " << e.what() << std::endl;
     return kExitBadInput;

@@ -179,11 +179,22 @@ at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight
   std::vector<at::Tensor> parts = qkv.permute({2, 0, 3, 1, 4}).unbind(0);
   at::Tensor q = ApplyRope(parts[0], rope);
   at::Tensor k = ApplyRope(parts[1], rope);
-  at::Tensor scores =
-      at::matmul(q, k.transpose(-2, -1)).to(at::kFloat) * (1.0 / std::sqrt(static_cast<double>(d)));
+  // Scaling and masking work in place on the fp32 scores: neither backward needs the values
+  // they overwrite, and the [b, heads, s, s] temporaries are the largest of a layer.
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).to(at::kFloat);
+  scores.mul_(1.0 / std::sqrt(static_cast<double>(d)));
   at::Tensor causal = at::ones({s, s}, at::kBool).triu(1);
-  scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
-  at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type());
+  scores.masked_fill_(causal, -std::numeric_limits<float>::infinity());
+  at::Tensor probs;
+  if (torch::GradMode::is_enabled()) {
+    probs = at::softmax(scores, -1).to(x.scalar_type());
+  } else {
+    // Without a graph the fp32 scores are dead after the softmax: compute it in place (the same
+    // kernel and arithmetic, so the same bits as the grad-mode path).
+    at::_softmax_out(scores, scores, -1, false);
+    probs = scores.to(x.scalar_type());
+    scores.reset();
+  }
   at::Tensor context = at::matmul(probs, parts[2]).transpose(1, 2).reshape({b, s, h});
   return Linear(context, proj_weight, precision);
 }

@@ -15,6 +15,7 @@ namespace {
 std::atomic<int64_t> g_current{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<int64_t> g_window_peak{0};
+std::atomic<int64_t> g_probe_peak{0};
 std::atomic<bool> g_installed{false};
 
 // Keeps data == context (some kernels call raw_allocate, which requires it), so the allocation
@@ -41,6 +42,9 @@ class CountingCpuAllocator final : public c10::Allocator {
     int64_t window = g_window_peak.load();
     while (now > window && !g_window_peak.compare_exchange_weak(window, now)) {
     }
+    int64_t probe = g_probe_peak.load();
+    while (now > probe && !g_probe_peak.compare_exchange_weak(probe, now)) {
+    }
     return {data, data, &Delete, c10::Device(c10::DeviceType::CPU)};
   }
 
@@ -62,6 +66,8 @@ bool MemoryTracker::installed() { return g_installed.load(); }
 int64_t MemoryTracker::current_bytes() { return g_current.load(); }
 int64_t MemoryTracker::peak_bytes() { return g_peak.load(); }
 void MemoryTracker::ResetPeak() { g_peak.store(g_current.load()); }
+void MemoryTracker::ResetProbePeak() { g_probe_peak.store(g_current.load()); }
+int64_t MemoryTracker::probe_peak_bytes() { return g_probe_peak.load(); }
 
 namespace {
 

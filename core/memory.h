@@ -21,6 +21,9 @@ class MemoryTracker {
   static int64_t peak_bytes();
   // Starts a new peak window at the current level.
   static void ResetPeak();
+  // A second, independent peak window for measurements inside an iteration (probes).
+  static void ResetProbePeak();
+  static int64_t probe_peak_bytes();
 };
 
 // One point of a memory timeline: live bytes at a mark and the peak since the previous mark.

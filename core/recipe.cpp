@@ -536,6 +536,7 @@ void ReadCompare(TableReader& r, Recipe* recipe, Diagnostics* diag) {
   c.loss = ReadTolerance(r, "loss", diag);
   c.gradients = ReadTolerance(r, "gradients", diag);
   c.params = ReadTolerance(r, "params", diag);
+  c.memory_model = r.Float("memory_model", 0.0, 0.0, 10.0);
   if (r.Has("memory")) {
     const toml::node* node = r.Node("memory");
     const toml::array* bounds = node ? node->as_array() : nullptr;
@@ -561,7 +562,7 @@ void ReadCompare(TableReader& r, Recipe* recipe, Diagnostics* diag) {
       }
     }
   }
-  r.RejectUnknown("baseline, loss, gradients, params, memory");
+  r.RejectUnknown("baseline, loss, gradients, params, memory, memory_model");
 }
 
 ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recipe& base,

@@ -130,6 +130,7 @@ struct ComparePolicy {
   Tolerance gradients;   // grad norm and every main grad (tolerances use the dumped tensors)
   Tolerance params;      // parameters after the step (tolerances use the learning rate only)
   std::vector<MemoryBound> memory;
+  double memory_model = 0;  // > 0: every arm's peak within this relative error of the model
 };
 
 // One arm: an engine with its own recompute / precision / dispatcher settings.

@@ -129,14 +129,18 @@ CheckResult CheckLosses(const std::string& arm, const Trace& a, const std::strin
   }
   double max_abs = 0;
   uint64_t max_ulps = 0;
-  CompareScalar(a, b, "loss", [](const IterationRecord& r) { return r.loss; }, policy, &result,
-                &max_abs, &max_ulps);
-  CompareScalar(a, b, "lm_loss", [](const IterationRecord& r) { return r.lm_loss; }, policy,
-                &result, &max_abs, &max_ulps);
-  CompareScalar(a, b, "mtp_loss", [](const IterationRecord& r) { return r.mtp_loss; }, policy,
-                &result, &max_abs, &max_ulps);
-  CompareScalar(a, b, "aux_loss", [](const IterationRecord& r) { return r.aux_loss; }, policy,
-                &result, &max_abs, &max_ulps);
+  CompareScalar(
+      a, b, "loss", [](const IterationRecord& r) { return r.loss; }, policy, &result, &max_abs,
+      &max_ulps);
+  CompareScalar(
+      a, b, "lm_loss", [](const IterationRecord& r) { return r.lm_loss; }, policy, &result,
+      &max_abs, &max_ulps);
+  CompareScalar(
+      a, b, "mtp_loss", [](const IterationRecord& r) { return r.mtp_loss; }, policy, &result,
+      &max_abs, &max_ulps);
+  CompareScalar(
+      a, b, "aux_loss", [](const IterationRecord& r) { return r.aux_loss; }, policy, &result,
+      &max_abs, &max_ulps);
   result.figures["max_abs_diff"] = max_abs;
   result.figures["max_ulps"] = max_ulps;
   if (result.verdict == Verdict::kPass) {
@@ -159,8 +163,9 @@ CheckResult CheckGradients(const std::string& arm, const Trace& a, const std::st
   }
   double max_abs = 0;
   uint64_t max_ulps = 0;
-  CompareScalar(a, b, "grad_norm", [](const IterationRecord& r) { return r.grad_norm; }, policy,
-                &result, &max_abs, &max_ulps);
+  CompareScalar(
+      a, b, "grad_norm", [](const IterationRecord& r) { return r.grad_norm; }, policy, &result,
+      &max_abs, &max_ulps);
   int64_t tensors = 0;
   for (size_t r = 0; r < a.ranks.size(); ++r) {
     for (const auto& [iteration, dumps] : a.ranks[r].grad_dumps) {
@@ -225,6 +230,57 @@ int64_t PeakBytes(const Trace& trace) {
   return peak;
 }
 
+int64_t RankPeakBytes(const RankTrace& rank) {
+  int64_t peak = 0;
+  for (const IterationRecord& it : rank.iterations) peak = std::max(peak, it.peak_bytes);
+  return peak;
+}
+
+int64_t PredictedPeakBytes(const RankTrace& rank) {
+  auto it = rank.attributes.find("memory_model.predicted_peak_bytes");
+  if (it == rank.attributes.end()) return -1;
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+CheckResult CheckMemoryModel(const std::string& arm, const Trace& trace, double tolerance) {
+  CheckResult result;
+  result.name = arm + ": peak memory vs model";
+  result.figures["tolerance"] = tolerance;
+  double worst = 0;
+  std::ostringstream summary;
+  for (const RankTrace& rank : trace.ranks) {
+    const int64_t measured = RankPeakBytes(rank);
+    const int64_t predicted = PredictedPeakBytes(rank);
+    if (predicted <= 0) {
+      result.verdict = Verdict::kSkipped;
+      result.summary = "the trace holds no memory-model prediction";
+      return result;
+    }
+    const double error = static_cast<double>(measured - predicted) / predicted;
+    result.figures["ranks"].push_back(
+        {{"measured_bytes", measured},
+         {"predicted_bytes", predicted},
+         {"relative_error", error},
+         {"predicted_phase", rank.attributes.count("memory_model.peak_phase")
+                                 ? rank.attributes.at("memory_model.peak_phase")
+                                 : ""}});
+    if (std::fabs(error) > std::fabs(worst)) worst = error;
+    char line[160];
+    std::snprintf(line, sizeof(line), "%srank %lld measured %.2f MiB, model %.2f MiB (%+.1f%%)",
+                  rank.rank ? "; " : "", static_cast<long long>(rank.rank), measured / 1048576.0,
+                  predicted / 1048576.0, 100 * error);
+    summary << line;
+  }
+  result.figures["worst_relative_error"] = worst;
+  result.summary = summary.str();
+  if (std::fabs(worst) > tolerance) result.verdict = Verdict::kFail;
+  return result;
+}
+
 CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak_of) {
   CheckResult result;
   result.name = bound.arm + " vs " + bound.of + ": peak memory";
@@ -235,8 +291,7 @@ CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak
   result.figures["at_most"] = bound.at_most;
   char line[200];
   std::snprintf(line, sizeof(line), "peak %.2f MiB = %.3f x %s's %.2f MiB (bound %.3f)",
-                peak_arm / 1048576.0, ratio, bound.of.c_str(), peak_of / 1048576.0,
-                bound.at_most);
+                peak_arm / 1048576.0, ratio, bound.of.c_str(), peak_of / 1048576.0, bound.at_most);
   result.summary = line;
   if (ratio > bound.at_most) result.verdict = Verdict::kFail;
   return result;

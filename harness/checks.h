@@ -21,10 +21,10 @@ enum class Verdict { kPass, kFail, kSkipped, kError };
 const char* ToString(Verdict verdict);
 
 struct CheckResult {
-  std::string name;      // e.g. "overlap vs reference: gradients"
+  std::string name;  // e.g. "overlap vs reference: gradients"
   Verdict verdict = Verdict::kPass;
-  std::string summary;   // one line
-  std::string details;   // what differs, localization
+  std::string summary;  // one line
+  std::string details;  // what differs, localization
   nlohmann::json figures = nlohmann::json::object();
   std::optional<Difference> difference;  // the first difference, for localization
 };
@@ -43,6 +43,12 @@ CheckResult CheckParameters(const std::string& arm, const Trace& a, const std::s
 
 // The largest peak_bytes over the iterations and ranks of a trace.
 int64_t PeakBytes(const Trace& trace);
+// The largest peak_bytes of one rank.
+int64_t RankPeakBytes(const RankTrace& rank);
+// The memory model's prediction recorded by a rank, or -1.
+int64_t PredictedPeakBytes(const RankTrace& rank);
+// Every rank's measured peak within `tolerance` (relative) of its predicted peak.
+CheckResult CheckMemoryModel(const std::string& arm, const Trace& trace, double tolerance);
 CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak_of);
 
 // The baseline's run against its golden (everything, bitwise). `skip_reason` non-empty: skipped.

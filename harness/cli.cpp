@@ -42,6 +42,7 @@ std::string SegmentsText(const RecomputePlan& plan, int64_t decoder_layers) {
 
 std::string RecomputeText(const RecomputeConfig& r) {
   if (!r.full()) return "none";
+  if (r.unit == RecomputeUnit::kChunk) return "full, the whole chunk at once";
   return std::string("full, ") + ToString(r.method) + ", num_layers " +
          std::to_string(r.num_layers);
 }

@@ -273,6 +273,11 @@ class RecipeRun {
       Record(CheckGradients(arm, a, baseline_, b, policy.gradients), {{arm, 1}, {baseline_, 1}});
       Record(CheckParameters(arm, a, baseline_, b, policy.params), {{arm, 1}, {baseline_, 1}});
     }
+    if (policy.memory_model > 0) {
+      for (const std::string& arm : arms_) {
+        Record(CheckMemoryModel(arm, TraceOf(arm, 1), policy.memory_model), {});
+      }
+    }
     for (const MemoryBound& bound : policy.memory) {
       if (!runs_.count(bound.arm) || !runs_.count(bound.of)) continue;
       Record(CheckMemory(bound, PeakBytes(TraceOf(bound.arm, 1)), PeakBytes(TraceOf(bound.of, 1))),
@@ -460,6 +465,13 @@ class RecipeRun {
         run["step_seconds"] = step_seconds;
         run["peak_bytes"] = peak;
         run["peak_bytes_max"] = PeakBytes(*r.trace);
+        nlohmann::json ranks = nlohmann::json::array();
+        for (const RankTrace& rank : r.trace->ranks) {
+          ranks.push_back({{"rank", rank.rank},
+                           {"peak_bytes", RankPeakBytes(rank)},
+                           {"predicted_peak_bytes", PredictedPeakBytes(rank)}});
+        }
+        run["memory"] = ranks;
         a["runs"].push_back(run);
       }
       j["arms"][arm] = a;
@@ -504,17 +516,22 @@ class RecipeRun {
     std::ostringstream out;
     out << "\nrecipe " << recipe_.name << " (" << recipe_.path << "), fingerprint "
         << fingerprint_.key << ", " << Format("%.1f", seconds) << " s\n";
-    out << "  arm            runs  loss first -> last        peak MiB   s/iteration\n";
+    out << "  arm                runs  loss first -> last        peak MiB  model MiB  "
+           "s/iteration\n";
     for (const std::string& arm : arms_) {
       if (!runs_.count(arm)) continue;
       const Trace& t = *runs_.at(arm).front().trace;
       const auto& its = t.ranks[0].iterations;
       double step = 0;
       for (const IterationRecord& it : its) step += it.step_seconds;
+      int64_t predicted = 0;
+      for (const RankTrace& rank : t.ranks)
+        predicted = std::max(predicted, PredictedPeakBytes(rank));
       char line[200];
-      std::snprintf(line, sizeof(line), "  %-14s %4zu  %.6f -> %.6f    %8.2f   %8.3f\n",
+      std::snprintf(line, sizeof(line), "  %-18s %4zu  %.6f -> %.6f    %8.2f   %8.2f   %8.3f\n",
                     arm.c_str(), runs_.at(arm).size(), its.front().loss, its.back().loss,
-                    PeakBytes(t) / 1048576.0, its.empty() ? 0.0 : step / its.size());
+                    PeakBytes(t) / 1048576.0, predicted / 1048576.0,
+                    its.empty() ? 0.0 : step / its.size());
       out << line;
     }
     out << "checks:\n" << FormatChecks(outcome.suite.checks);

@@ -50,12 +50,14 @@ class Trainer {
   // The static part of this rank's trace: parameter names and shapes.
   RankTrace DescribeRank() const;
 
+  // This rank's microbatches of 1-based `iteration`.
+  std::vector<ChunkState> MakeMicrobatches(int64_t iteration) const;
+
   GptModel& model() { return *model_; }
   Engine& engine() { return *engine_; }
   const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
-  std::vector<ChunkState> MakeMicrobatches(int64_t iteration) const;
   void ReduceDataParallelGrads();
   double GlobalGradNorm();
   void ApplyPerturbation(int64_t iteration);

@@ -19,6 +19,7 @@
 #include "core/recipe.h"
 #include "core/trace.h"
 #include "runtime/debug_switches.h"
+#include "runtime/memory_model.h"
 #include "runtime/trainer.h"
 
 namespace bitparity {
@@ -31,6 +32,7 @@ std::string EnvOrEmpty(const char* name) {
 
 std::string RecomputeSummary(const RecomputeConfig& r) {
   if (!r.full()) return "none";
+  if (r.unit == RecomputeUnit::kChunk) return "full/chunk";
   return std::string("full/") + ToString(r.method) + "/" + std::to_string(r.num_layers);
 }
 
@@ -73,10 +75,27 @@ int Run(const std::string& recipe_path, const std::string& arm_name, const std::
 
   InjectedBugs bugs = InjectedBugs::Parse(EnvOrEmpty("BITPARITY_INJECT_BUG"));
   Trainer trainer(recipe, arm, layout, comm, bugs);
+  std::map<std::string, std::string> model_attributes;
   trainer.set_perturbation(perturbation);
   for (const std::string& w : trainer.warnings()) std::cerr << "warning: " << w << "\n";
 
+  // The memory model's prediction for this arm, from probes of this rank's model (collective).
+  {
+    MemoryProbe probe = ProbeMemory(trainer.model(), trainer.MakeMicrobatches(1).front());
+    ModelConfig model = recipe.model;
+    model.dispatcher = arm.dispatcher;
+    MemoryPrediction prediction = PredictPeak(probe, arm, model, recipe.microbatches_per_rank(),
+                                              MemoryTracker::current_bytes());
+    model_attributes["memory_model.predicted_peak_bytes"] = std::to_string(prediction.peak_bytes);
+    model_attributes["memory_model.static_bytes"] = std::to_string(prediction.static_bytes);
+    model_attributes["memory_model.peak_phase"] = prediction.peak_phase;
+    model_attributes["memory_model.input_bytes"] = std::to_string(probe.input_bytes);
+    int64_t largest = 0;
+    for (const LayerMemory& layer : probe.layers) largest = std::max(largest, layer.retained);
+    model_attributes["memory_model.layer_bytes"] = std::to_string(largest);
+  }
   RankTrace rank = trainer.DescribeRank();
+  rank.attributes.insert(model_attributes.begin(), model_attributes.end());
   rank.attributes["pid"] = std::to_string(::getpid());
   rank.attributes["rank_source"] = context.source;
   for (const auto& [key, value] : CollectProvenance()) rank.attributes["provenance." + key] = value;

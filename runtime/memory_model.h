@@ -1,0 +1,63 @@
+#ifndef BITPARITY_RUNTIME_MEMORY_MODEL_H_
+#define BITPARITY_RUNTIME_MEMORY_MODEL_H_
+
+// The activation-memory model: predicts an arm's peak CPU tensor bytes per rank from the sizes of
+// the model's own tensors and the arm's schedule, with nothing fitted to the peaks it predicts.
+//
+// Sizes come from probes run once before training on one real microbatch (collectively, since
+// MoE layers communicate): for each kind of layer the bytes its graph keeps after its forward
+// (A, its output included), the transient above that while it runs with and without grad, the
+// transient of its backward, and its parameters' gradient bytes; the layer input (I); the
+// embedding and the post-process. The prediction walks the arm's schedule (F/B per microbatch
+// for the reference, the CombinedStepPlan for the overlap arm), adding and releasing those sizes
+// as layers are built, replayed and backpropagated, and returns the static bytes plus the
+// largest total met. For L layers, N microbatches in flight and segments of k layers this
+// reproduces N*L*A (no recompute), N*I + L*A (chunk) and N*ceil(L/k)*I + k*A (segments) plus
+// the transients those formulas leave out.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/recipe.h"
+#include "model/gpt.h"
+
+namespace bitparity {
+
+struct LayerMemory {
+  int64_t retained = 0;                   // A: bytes the layer's graph keeps after its forward
+  int64_t forward_transient = 0;          // above `retained` while its forward runs with grad
+  int64_t forward_transient_no_grad = 0;  // while its forward runs without grad
+  int64_t backward_transient = 0;         // above the pre-backward level, gradients excluded
+  int64_t grad_bytes = 0;                 // its parameters' .grad bytes
+};
+
+struct MemoryProbe {
+  int64_t input_bytes = 0;  // I: one layer's input (= output) tensor
+  int64_t embedding_retained = 0;
+  int64_t embedding_grad_bytes = 0;
+  std::vector<LayerMemory> layers;  // decoder layers, then MTP depths
+  int64_t post_retained = 0;
+  int64_t post_forward_transient = 0;
+  int64_t post_backward_transient = 0;
+  int64_t post_grad_bytes = 0;
+  int64_t reduction_transient = 0;  // the data-parallel gradient reduction's buffers
+};
+
+struct MemoryPrediction {
+  int64_t static_bytes = 0;  // live at iteration start: weights, masters, main grads, Adam
+  int64_t peak_bytes = 0;    // predicted peak of an iteration
+  std::string peak_phase;    // where the model puts the peak
+};
+
+// Measures the probe on `model` with one microbatch; every rank of the group must call it at the
+// same point. Leaves no gradient behind.
+MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch);
+
+// The peak of one iteration of `arm` with `microbatches` per rank.
+MemoryPrediction PredictPeak(const MemoryProbe& probe, const ArmConfig& arm,
+                             const ModelConfig& model, int64_t microbatches, int64_t static_bytes);
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_RUNTIME_MEMORY_MODEL_H_

@@ -43,7 +43,9 @@ int64_t SteadyNanoseconds() {
 }
 
 at::Tensor PendingAllToAll::Wait() {
-  if (!waited_ && work_) {
+  if (waited_) return output_;
+  const int64_t wait_begin = SteadyNanoseconds();
+  if (work_) {
     try {
       work_->wait();
     } catch (const std::exception& e) {
@@ -51,6 +53,13 @@ at::Tensor PendingAllToAll::Wait() {
     }
   }
   waited_ = true;
+  if (stats_) {
+    const int64_t now = SteadyNanoseconds();
+    const int64_t completed = completed_ns() > 0 ? completed_ns() : now;
+    stats_->in_flight_seconds += (completed - started_ns_) * 1e-9;
+    stats_->exposed_seconds += (now - wait_begin) * 1e-9;
+    ++stats_->count;
+  }
   return output_;
 }
 
@@ -97,6 +106,7 @@ PendingAllToAll Communicator::StartAllToAll(const at::Tensor& input,
   PendingAllToAll pending;
   pending.started_ns_ = SteadyNanoseconds();
   pending.completed_ns_ = std::make_shared<std::atomic<int64_t>>(0);
+  pending.stats_ = &stats_;
   if (world_size_ == 1) {
     CheckSplits(input, recv_splits, 1, "receive");
     pending.output_ = input.clone(at::MemoryFormat::Contiguous);

@@ -23,6 +23,14 @@ class ProcessGroup;
 
 namespace bitparity {
 
+// Time spent in all-to-alls: in flight (start to completion) and exposed (waiting for them).
+// Their ratio says how much communication ran hidden under other work.
+struct CommStats {
+  double in_flight_seconds = 0;
+  double exposed_seconds = 0;
+  int64_t count = 0;
+};
+
 // An all-to-all that has been started; Wait() returns the received rows. Records when it was
 // started and when the collective library finished it (on its own thread), so that callers can
 // tell whether it completed under other work.
@@ -43,6 +51,7 @@ class PendingAllToAll {
   bool waited_ = false;
   int64_t started_ns_ = 0;
   std::shared_ptr<std::atomic<int64_t>> completed_ns_;
+  CommStats* stats_ = nullptr;
 };
 
 // Steady-clock time in nanoseconds (the clock of PendingAllToAll's records).
@@ -79,11 +88,16 @@ class Communicator {
 
   void Barrier();
 
+  // All-to-all time since the last ResetStats().
+  const CommStats& stats() const { return stats_; }
+  void ResetStats() { stats_ = CommStats(); }
+
  private:
   Communicator() = default;
   int64_t rank_ = 0;
   int64_t world_size_ = 1;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  CommStats stats_;
 };
 
 }  // namespace bitparity

@@ -178,7 +178,7 @@ class Writer {
     const size_t n = rank.iterations.size();
     std::vector<int64_t> iteration(n), peak(n), end(n);
     std::vector<float> loss(n), lm(n), mtp(n), aux(n);
-    std::vector<double> norm(n), lr(n), seconds(n);
+    std::vector<double> norm(n), lr(n), seconds(n), comm(n), exposed(n), record(n);
     std::vector<uint64_t> grad_digest(n * params), param_digest(n * params);
     for (size_t i = 0; i < n; ++i) {
       const IterationRecord& r = rank.iterations[i];
@@ -197,6 +197,9 @@ class Writer {
       peak[i] = r.peak_bytes;
       end[i] = r.end_bytes;
       seconds[i] = r.step_seconds;
+      comm[i] = r.comm_seconds;
+      exposed[i] = r.comm_exposed_seconds;
+      record[i] = r.record_seconds;
       std::copy(r.grad_digests.begin(), r.grad_digests.end(), grad_digest.begin() + i * params);
       std::copy(r.param_digests.begin(), r.param_digests.end(), param_digest.begin() + i * params);
     }
@@ -211,6 +214,9 @@ class Writer {
     Dataset(g, "peak_bytes", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64, peak.data());
     Dataset(g, "end_bytes", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64, end.data());
     Dataset(g, "step_seconds", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, seconds.data());
+    Dataset(g, "comm_seconds", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, comm.data());
+    Dataset(g, "comm_exposed_seconds", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, exposed.data());
+    Dataset(g, "record_seconds", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, record.data());
     Dataset(g, "grad_digest", {n, params}, H5T_STD_U64LE, H5T_NATIVE_UINT64, grad_digest.data());
     Dataset(g, "param_digest", {n, params}, H5T_STD_U64LE, H5T_NATIVE_UINT64, param_digest.data());
 
@@ -472,6 +478,14 @@ class Reader {
     auto peak = Read<int64_t>(g, "peak_bytes", H5T_NATIVE_INT64, H5T_INTEGER, {n});
     auto end = Read<int64_t>(g, "end_bytes", H5T_NATIVE_INT64, H5T_INTEGER, {n});
     auto seconds = Read<double>(g, "step_seconds", H5T_NATIVE_DOUBLE, H5T_FLOAT, {n});
+    auto optional = [&](const char* name) {
+      return H5Lexists(g, name, H5P_DEFAULT) > 0
+                 ? Read<double>(g, name, H5T_NATIVE_DOUBLE, H5T_FLOAT, {n})
+                 : std::vector<double>(n, 0.0);
+    };
+    auto comm = optional("comm_seconds");
+    auto exposed = optional("comm_exposed_seconds");
+    auto record = optional("record_seconds");
     auto grad_digest =
         Read<uint64_t>(g, "grad_digest", H5T_NATIVE_UINT64, H5T_INTEGER, {n, params}, H5T_SGN_NONE);
     auto param_digest = Read<uint64_t>(g, "param_digest", H5T_NATIVE_UINT64, H5T_INTEGER,
@@ -491,6 +505,9 @@ class Reader {
       r.peak_bytes = peak[i];
       r.end_bytes = end[i];
       r.step_seconds = seconds[i];
+      r.comm_seconds = comm[i];
+      r.comm_exposed_seconds = exposed[i];
+      r.record_seconds = record[i];
       r.grad_digests.assign(grad_digest.begin() + i * params,
                             grad_digest.begin() + (i + 1) * params);
       r.param_digests.assign(param_digest.begin() + i * params,

@@ -31,6 +31,9 @@ struct IterationRecord {
   int64_t peak_bytes = 0;   // peak CPU tensor bytes during the iteration (reported, not gated)
   int64_t end_bytes = 0;    // live CPU tensor bytes at the end of the iteration
   double step_seconds = 0;  // wall time (reported, not gated)
+  double comm_seconds = 0;  // all-to-alls in flight, summed (reported)
+  double comm_exposed_seconds = 0;      // of which the schedule waited for them (reported)
+  double record_seconds = 0;            // spent on digests and dumps for the trace (reported)
   std::vector<uint64_t> grad_digests;   // XXH3-64 of each parameter's fp32 main grad
   std::vector<uint64_t> param_digests;  // XXH3-64 of each fp32 master parameter after the step
 };

@@ -154,6 +154,7 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   MemoryTracker::ResetPeak();
   MemoryTimeline::SetIteration(iteration);
   MemoryTimeline::Mark("iteration start");
+  comm_->ResetStats();
   params.ZeroMainGrads();
   std::vector<MicrobatchLosses> losses;
   {
@@ -165,6 +166,9 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
 
   IterationRecord record;
   record.iteration = iteration;
+  record.comm_seconds = comm_->stats().in_flight_seconds;
+  record.comm_exposed_seconds = comm_->stats().exposed_seconds;
+  auto record_start = std::chrono::steady_clock::now();
   for (const Parameter& p : params.all()) {
     record.grad_digests.push_back(TensorDigest(p.main_grad));
     if (dumps) {
@@ -176,6 +180,8 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
       dumps->push_back(std::move(dump));
     }
   }
+  record.record_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count();
   record.grad_norm = GlobalGradNorm();
   const double clip = recipe_.train.clip_grad;
   if (clip > 0) {
@@ -188,7 +194,10 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   MemoryTimeline::Mark("gradient reduction and norm");
   optimizer_->Step(iteration, record.learning_rate);
   MemoryTimeline::Mark("optimizer step");
+  record_start = std::chrono::steady_clock::now();
   for (const Parameter& p : params.all()) record.param_digests.push_back(TensorDigest(p.master));
+  record.record_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count();
 
   // Loss terms: this rank's means in microbatch order; the global loss summed in rank order.
   const double microbatches = static_cast<double>(losses.size());

@@ -1,0 +1,141 @@
+// Step time of every arm of the default and memory recipes, each run as real rank processes
+// (EP 2) through the launcher, reported with the ratio to the reference arm of the same recipe
+// in the same run, the fraction of all-to-all time hidden under compute, the peak memory, and
+// the harness's own overhead (digests and dumps for the trace) as a fraction of the step.
+//
+//   build/bitparity_bench --benchmark_out=bench.json --benchmark_out_format=json
+
+#include <benchmark/benchmark.h>
+#include <toml++/toml.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "core/determinism.h"
+#include "core/recipe.h"
+#include "core/trace.h"
+#include "harness/launcher.h"
+
+namespace bitparity {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct StepFigures {
+  double step_seconds = 0;  // median over iterations 2.., rank 0
+  double hidden_fraction = 0;
+  double record_fraction = 0;
+  double peak_mib = 0;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// The recipe's text with at least `iterations` iterations and no gradient dumps, written next to
+// the bench's traces (more steps for a stable median; dumps are not what is measured).
+std::string WithIterations(const std::string& recipe, int64_t iterations, const fs::path& dir) {
+  toml::table table = toml::parse_file(recipe);
+  auto* train = table["train"].as_table();
+  const int64_t current = train->get("iterations") ? **train->get_as<int64_t>("iterations") : 1;
+  train->insert_or_assign("iterations", std::max(current, iterations));
+  if (auto* trace = table["trace"].as_table()) trace->erase("dump_grads_at");
+  const std::string path = (dir / fs::path(recipe).filename()).string();
+  std::ofstream(path) << table << "\n";
+  return path;
+}
+
+StepFigures RunArm(const std::string& source_recipe, const std::string& arm) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("bitparity_bench_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string recipe = WithIterations(source_recipe, 6, dir);
+  LaunchOptions launch;
+  launch.executable = BITPARITY_BINARY;
+  launch.recipe_path = recipe;
+  launch.arm = arm;
+  launch.trace_path = (dir / (arm + ".h5")).string();
+  launch.log_dir = (dir / (arm + ".logs")).string();
+  Recipe r = LoadRecipe(recipe);
+  launch.world_size = r.world_size();
+  launch.timeout_seconds = r.parallel.timeout_seconds;
+  LaunchResult result = LaunchArm(launch);
+  if (result.exit_code != 0) throw std::runtime_error(result.failure);
+  Trace trace = ReadTrace(launch.trace_path);
+  fs::remove_all(dir);
+  StepFigures f;
+  std::vector<double> steps, record;
+  double in_flight = 0, exposed = 0;
+  int64_t peak = 0;
+  for (const RankTrace& rank : trace.ranks) {
+    for (const IterationRecord& it : rank.iterations) {
+      peak = std::max(peak, it.peak_bytes);
+      if (it.iteration == 1 && rank.iterations.size() > 1) continue;  // warm-up
+      if (rank.rank == 0) {
+        steps.push_back(it.step_seconds);
+        record.push_back(it.record_seconds / it.step_seconds);
+      }
+      in_flight += it.comm_seconds;
+      exposed += it.comm_exposed_seconds;
+    }
+  }
+  f.step_seconds = Median(steps);
+  f.record_fraction = Median(record);
+  f.hidden_fraction = in_flight > 0 ? 1.0 - exposed / in_flight : 0.0;
+  f.peak_mib = peak / 1048576.0;
+  return f;
+}
+
+std::map<std::string, double>& ReferenceSteps() {
+  static std::map<std::string, double> steps;
+  return steps;
+}
+
+void RegisterRecipe(const std::string& name) {
+  const std::string path = std::string(BITPARITY_SOURCE_DIR) + "/recipes/" + name + ".toml";
+  Recipe recipe = LoadRecipe(path);
+  std::vector<std::string> arms = recipe.arm_names();
+  // The baseline first, so that every other arm of the recipe reports its ratio to it.
+  std::stable_partition(arms.begin(), arms.end(),
+                        [&](const std::string& a) { return a == recipe.compare.baseline; });
+  for (const std::string& arm : arms) {
+    const std::string baseline = recipe.compare.baseline;
+    benchmark::RegisterBenchmark(("BM_Step/" + name + "/" + arm).c_str(),
+                                 [path, name, arm, baseline](benchmark::State& state) {
+                                   StepFigures f;
+                                   for (auto _ : state) {
+                                     f = RunArm(path, arm);
+                                     state.SetIterationTime(f.step_seconds);
+                                   }
+                                   if (arm == baseline) ReferenceSteps()[name] = f.step_seconds;
+                                   const double reference = ReferenceSteps()[name];
+                                   state.counters["ratio_to_reference"] =
+                                       reference > 0 ? f.step_seconds / reference : 0;
+                                   state.counters["hidden_a2a_fraction"] = f.hidden_fraction;
+                                   state.counters["harness_overhead"] = f.record_fraction;
+                                   state.counters["peak_MiB"] = f.peak_mib;
+                                 })
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace
+}  // namespace bitparity
+
+int main(int argc, char** argv) {
+  bitparity::ConfigureDeterminism(1);
+  bitparity::RegisterRecipe("default");
+  bitparity::RegisterRecipe("memory");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

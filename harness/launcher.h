@@ -34,7 +34,7 @@ struct LaunchOptions {
   int64_t world_size = 1;
   double timeout_seconds = 300;
   std::vector<std::pair<std::string, std::string>> environment;  // extra variables for ranks
-  std::vector<std::string> worker_arguments;  // e.g. --dump-at 3 --stop-after 3
+  std::vector<std::string> worker_arguments;                     // e.g. --dump-at 3 --stop-after 3
   std::map<std::string, std::string> trace_attributes;           // added to the merged trace
   std::function<void(const ProgressEvent&)> on_progress;         // rank 0's progress lines
 };

@@ -14,9 +14,9 @@ namespace {
 
 void ExpectPasses(const std::string& recipe, const std::vector<std::string>& checks) {
   testing::TempDir dir;
-  testing::CommandResult r = testing::RunBitparity(
-      {"run", testing::SourceDir() + "/recipes/" + recipe, "--out", dir.File("out"), "--repeats",
-       "1", "--quiet"});
+  testing::CommandResult r =
+      testing::RunBitparity({"run", testing::SourceDir() + "/recipes/" + recipe, "--out",
+                             dir.File("out"), "--repeats", "1", "--quiet"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   nlohmann::json report = nlohmann::json::parse(testing::ReadFile(dir.File("out/report.json")));
   for (const std::string& name : checks) {
@@ -32,16 +32,17 @@ void ExpectPasses(const std::string& recipe, const std::vector<std::string>& che
 }
 
 TEST(MemoryRecipes, ActivationsDominate) {
-  ExpectPasses("memory.toml", {"reference: peak memory vs model", "overlap-segment: peak memory vs model",
-                               "overlap-chunk: peak memory vs model", "overlap-none: peak memory vs model",
-                               "overlap-segment vs overlap-chunk: peak memory",
-                               "overlap-segment vs reference: peak memory"});
+  ExpectPasses("memory.toml",
+               {"reference: peak memory vs model", "overlap-segment: peak memory vs model",
+                "overlap-chunk: peak memory vs model", "overlap-none: peak memory vs model",
+                "overlap-segment vs overlap-chunk: peak memory",
+                "overlap-segment vs reference: peak memory"});
 }
 
 TEST(MemoryRecipes, ModelStateDominatesAsInTheSeed) {
-  ExpectPasses("memory_seed.toml", {"reference: peak memory vs model",
-                                    "overlap-segment: peak memory vs model",
-                                    "overlap-segment vs reference: peak memory"});
+  ExpectPasses("memory_seed.toml",
+               {"reference: peak memory vs model", "overlap-segment: peak memory vs model",
+                "overlap-segment vs reference: peak memory"});
 }
 
 }  // namespace

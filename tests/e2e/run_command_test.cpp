@@ -125,8 +125,8 @@ class SmallRecipeTest : public ::testing::Test {
 
   testing::CommandResult Run(const std::string& out, std::vector<std::string> extra = {},
                              std::vector<std::pair<std::string, std::string>> env = {}) {
-    std::vector<std::string> args = {"run", recipe_, "--out", dir_.File(out), "--golden-dir",
-                                     dir_.File("golden"), "--quiet"};
+    std::vector<std::string> args = {
+        "run", recipe_, "--out", dir_.File(out), "--golden-dir", dir_.File("golden"), "--quiet"};
     args.insert(args.end(), extra.begin(), extra.end());
     return testing::RunBitparity(args, env);
   }
@@ -137,8 +137,9 @@ class SmallRecipeTest : public ::testing::Test {
 
 TEST_F(SmallRecipeTest, OneUlpInOneRunFailsSelfReproductionAtThatElement) {
   testing::CommandResult r =
-      Run("perturbed", {"--perturb", "overlap:2:rank=1,iteration=2,param=layers.1.attention.qkv,"
-                                     "element=17"});
+      Run("perturbed", {"--perturb",
+                        "overlap:2:rank=1,iteration=2,param=layers.1.attention.qkv,"
+                        "element=17"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   auto junit = ReadJunit(dir_.File("perturbed/junit.xml"));
   const auto& [verdict, message] = junit->cases["overlap reproduces itself"];
@@ -158,7 +159,8 @@ TEST_F(SmallRecipeTest, GoldenLifecycle) {
   testing::CommandResult update = Run("update", {"--update-golden"});
   ASSERT_EQ(update.exit_code, 0) << update.output;
   std::vector<fs::path> goldens;
-  for (const auto& e : fs::directory_iterator(dir_.File("golden/small"))) goldens.push_back(e.path());
+  for (const auto& e : fs::directory_iterator(dir_.File("golden/small")))
+    goldens.push_back(e.path());
   ASSERT_EQ(goldens.size(), 1u);
   const std::string golden = goldens[0].string();
   Trace recorded = ReadTrace(golden);
@@ -173,8 +175,9 @@ TEST_F(SmallRecipeTest, GoldenLifecycle) {
   // The same perturbation in both runs of the baseline: it reproduces itself, but disagrees with
   // the other arm and with the golden, both localized to the same element.
   testing::CommandResult both =
-      Run("both", {"--perturb", "reference:all:rank=0,iteration=4,param=layers.2.mlp.router,"
-                                "element=5,ulps=2"});
+      Run("both", {"--perturb",
+                   "reference:all:rank=0,iteration=4,param=layers.2.mlp.router,"
+                   "element=5,ulps=2"});
   EXPECT_EQ(both.exit_code, 1) << both.output;
   auto junit = ReadJunit(dir_.File("both/junit.xml"));
   EXPECT_EQ(junit->cases["reference reproduces itself"].first, "pass");
@@ -195,7 +198,8 @@ TEST_F(SmallRecipeTest, GoldenLifecycle) {
   WriteTrace(dir_.File("golden/small/cpu-000000000000.h5"), other);
   testing::CommandResult skipped = Run("skipped");
   EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
-  const auto& [verdict, message] = ReadJunit(dir_.File("skipped/junit.xml"))->cases["golden: reference"];
+  const auto& [verdict, message] =
+      ReadJunit(dir_.File("skipped/junit.xml"))->cases["golden: reference"];
   EXPECT_EQ(verdict, "skipped");
   EXPECT_NE(message.find("cpu-000000000000.h5 (differs in blas)"), std::string::npos) << message;
 }
@@ -203,7 +207,8 @@ TEST_F(SmallRecipeTest, GoldenLifecycle) {
 TEST_F(SmallRecipeTest, CorruptGoldenIsBadInputAndLeftUnchanged) {
   ASSERT_EQ(Run("update", {"--update-golden"}).exit_code, 0);
   std::string golden;
-  for (const auto& e : fs::directory_iterator(dir_.File("golden/small"))) golden = e.path().string();
+  for (const auto& e : fs::directory_iterator(dir_.File("golden/small")))
+    golden = e.path().string();
   fs::resize_file(golden, fs::file_size(golden) / 2);
   const std::string before = testing::ReadFile(golden);
   for (const char* out : {"corrupt", "corrupt_update"}) {

@@ -20,7 +20,8 @@ std::string RecipeText(int layers, const std::string& recompute) {
 [model]
 hidden = 64
 heads = 4
-layers = )" + std::to_string(layers) + R"(
+layers = )" +
+         std::to_string(layers) + R"(
 first_k_dense = 1
 experts = 4
 topk = 2
@@ -34,7 +35,8 @@ global_batch = 4
 iterations = 3
 [arms.a]
 engine = "reference"
-recompute = )" + recompute + "\n";
+recompute = )" +
+         recompute + "\n";
 }
 
 struct Measured {
@@ -63,7 +65,8 @@ TEST(MemoryAccounting, SeesSavedActivationsGrowWithLayers) {
   EXPECT_GT(activations_four, activations_two + activations_two / 2)
       << "two more layers keeping their activations should raise the peak";
   // Recompute keeps far less than the whole graph.
-  Measured recomputed = Train(4, "{ granularity = \"full\", method = \"uniform\", num_layers = 1 }");
+  Measured recomputed =
+      Train(4, "{ granularity = \"full\", method = \"uniform\", num_layers = 1 }");
   EXPECT_LT(recomputed.records.back().peak_bytes - recomputed.static_bytes, activations_four);
 }
 
@@ -90,18 +93,23 @@ TEST(MemoryAccounting, SeesOneDnnScratchpad) {
 
 TEST(MemoryModel, PredictsTheReferencePeakOnASmallModel) {
   MemoryTracker::Install();
-  for (const char* recompute : {kNone, "{ granularity = \"full\", method = \"uniform\", num_layers = 1 }"}) {
+  for (const char* recompute :
+       {kNone, "{ granularity = \"full\", method = \"uniform\", num_layers = 1 }"}) {
     Recipe recipe = ParseRecipe(RecipeText(4, recompute), "model.toml");
-    Trainer trainer(recipe, recipe.arm("a"), ParallelLayout::Make(0, 1, 1, 4), Communicator::Local());
+    Trainer trainer(recipe, recipe.arm("a"), ParallelLayout::Make(0, 1, 1, 4),
+                    Communicator::Local());
     MemoryProbe probe = ProbeMemory(trainer.model(), trainer.MakeMicrobatches(1).front());
     MemoryPrediction prediction =
         PredictPeak(probe, recipe.arm("a"), recipe.model, recipe.microbatches_per_rank(),
                     MemoryTracker::current_bytes());
     int64_t measured = 0;
-    for (int64_t it = 1; it <= 2; ++it) measured = std::max(measured, trainer.RunIteration(it, nullptr).peak_bytes);
-    const double error = static_cast<double>(measured - prediction.peak_bytes) / prediction.peak_bytes;
-    EXPECT_LT(std::fabs(error), 0.10) << recompute << ": measured " << measured << ", predicted "
-                                       << prediction.peak_bytes << " (" << prediction.peak_phase << ")";
+    for (int64_t it = 1; it <= 2; ++it)
+      measured = std::max(measured, trainer.RunIteration(it, nullptr).peak_bytes);
+    const double error =
+        static_cast<double>(measured - prediction.peak_bytes) / prediction.peak_bytes;
+    EXPECT_LT(std::fabs(error), 0.10)
+        << recompute << ": measured " << measured << ", predicted " << prediction.peak_bytes << " ("
+        << prediction.peak_phase << ")";
   }
 }
 

@@ -14,20 +14,8 @@
 namespace bitparity {
 namespace {
 
-const char kValid[] = R"(
-[model]
-hidden = 32
-heads = 4
-layers = 3
-first_k_dense = 1
-experts = 4
-topk = 2
-moe_ffn = 32
-ffn = 64
-vocab = 64
-seq_len = 16
-mtp_layers = 1
-
+std::string ValidToml() {
+  return testing::SmallModelTable(3, 1) + R"(
 [parallel]
 ep = 2
 
@@ -50,6 +38,7 @@ dump_grads_at = [1]
 [arms.reference]
 engine = "reference"
 )";
+}
 
 std::string Replace(std::string text, const std::string& from, const std::string& to) {
   size_t at = text.find(from);
@@ -65,7 +54,7 @@ struct BadRecipe {
 };
 
 std::vector<BadRecipe> BadRecipes() {
-  const std::string v = kValid;
+  const std::string v = ValidToml();
   return {
       {"unknown_key", Replace(v, "hidden = 32", "hidden = 32\nhiden = 32"),
        "[model] has unknown key 'hiden'"},
@@ -122,7 +111,7 @@ std::vector<BadRecipe> BadRecipes() {
 class RecipeValidationTest : public ::testing::TestWithParam<BadRecipe> {};
 
 TEST(RecipeValidation, BaseRecipeIsValid) {
-  Recipe r = ParseRecipe(kValid, "base.toml");
+  Recipe r = ParseRecipe(ValidToml(), "base.toml");
   EXPECT_EQ(r.arms.size(), 1u);
   EXPECT_EQ(r.microbatches_per_rank(), 2);
 }
@@ -166,7 +155,8 @@ TEST(RecipeValidation, MissingFileIsBadInput) {
 }
 
 TEST(RecipeValidation, ReportsEveryProblemAtOnce) {
-  std::string text = Replace(Replace(kValid, "heads = 4", "heads = 0"), "topk = 2", "topk = \"x\"");
+  std::string text =
+      Replace(Replace(ValidToml(), "heads = 4", "heads = 0"), "topk = 2", "topk = \"x\"");
   try {
     ParseRecipe(text, "two.toml");
     FAIL();
@@ -178,7 +168,7 @@ TEST(RecipeValidation, ReportsEveryProblemAtOnce) {
 }
 
 TEST(RecipeValidation, ArmOverridesRecomputeAndPrecision) {
-  std::string text = std::string(kValid) +
+  std::string text = ValidToml() +
                      "\n[arms.plain]\nengine = \"reference\"\nrecompute = { granularity = "
                      "\"none\" }\nprecision = { recipe = \"fp32\" }\n";
   Recipe r = ParseRecipe(text, "arms.toml");

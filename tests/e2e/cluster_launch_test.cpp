@@ -17,19 +17,8 @@ namespace {
 
 namespace bp = boost::process;
 
-const char kRecipe[] = R"(
-[model]
-hidden = 32
-heads = 4
-layers = 2
-first_k_dense = 1
-experts = 4
-topk = 2
-moe_ffn = 32
-ffn = 64
-vocab = 64
-seq_len = 16
-[parallel]
+std::string RecipeToml() {
+  return testing::SmallModelTable(2, 0) + R"([parallel]
 ep = 2
 timeout_s = 60
 [train]
@@ -39,6 +28,7 @@ iterations = 2
 [arms.reference]
 engine = "reference"
 )";
+}
 
 void LaunchWorkersByHand(const std::string& recipe, const std::string& parts, bool slurm) {
   const int port = testing::FreePort();
@@ -72,7 +62,7 @@ class ClusterLaunchTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ClusterLaunchTest, HandStartedWorkersMergeIntoTheLaunchersTrace) {
   testing::TempDir dir;
-  const std::string recipe = dir.Write("r.toml", kRecipe);
+  const std::string recipe = dir.Write("r.toml", RecipeToml());
   testing::CommandResult arm =
       testing::RunBitparity({"arm", recipe, "--out", dir.File("launcher.h5"), "--quiet"});
   ASSERT_EQ(arm.exit_code, 0) << arm.output;
@@ -95,7 +85,7 @@ INSTANTIATE_TEST_SUITE_P(Environments, ClusterLaunchTest, ::testing::Values(fals
 
 TEST(ClusterLaunch, MergeOfAnIncompleteWorldIsBadInput) {
   testing::TempDir dir;
-  const std::string recipe = dir.Write("r.toml", kRecipe);
+  const std::string recipe = dir.Write("r.toml", RecipeToml());
   std::filesystem::create_directories(dir.File("parts"));
   LaunchWorkersByHand(recipe, dir.File("parts"), false);
   std::filesystem::remove(dir.File("parts/rank_00001.h5"));

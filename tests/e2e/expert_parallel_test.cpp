@@ -16,21 +16,7 @@ namespace bitparity {
 namespace {
 
 std::string Recipe(int ep, int topk, int iterations = 3) {
-  return R"(
-[model]
-hidden = 32
-heads = 4
-layers = 3
-first_k_dense = 1
-experts = 4
-topk = )" +
-         std::to_string(topk) + R"(
-moe_ffn = 32
-ffn = 64
-vocab = 64
-seq_len = 16
-mtp_layers = 1
-[parallel]
+  return testing::SmallModelTable(3, 1, topk) + R"([parallel]
 ep = )" + std::to_string(ep) +
          R"(
 timeout_s = 120

@@ -14,19 +14,8 @@ namespace {
 
 constexpr double kTimeoutSeconds = 10;
 
-const char kRecipe[] = R"(
-[model]
-hidden = 32
-heads = 4
-layers = 2
-first_k_dense = 1
-experts = 4
-topk = 2
-moe_ffn = 32
-ffn = 64
-vocab = 64
-seq_len = 16
-[parallel]
+std::string RecipeToml() {
+  return testing::SmallModelTable(2, 0) + R"([parallel]
 ep = 2
 timeout_s = 10
 [train]
@@ -36,6 +25,7 @@ iterations = 4
 [arms.reference]
 engine = "reference"
 )";
+}
 
 struct Fault {
   std::string name;
@@ -48,7 +38,7 @@ class FaultInjectionTest : public ::testing::TestWithParam<Fault> {};
 TEST_P(FaultInjectionTest, GroupEndsWithExitThreeAndNothingLeftBehind) {
   const Fault& fault = GetParam();
   testing::TempDir dir;
-  const std::string recipe = dir.Write("fault.toml", kRecipe);
+  const std::string recipe = dir.Write("fault.toml", RecipeToml());
   const std::string trace = dir.File("trace.h5");
   testing::CommandResult r = testing::RunBitparity({"arm", recipe, "--out", trace, "--quiet"},
                                                    {{"BITPARITY_FAULT", fault.spec}});
@@ -76,7 +66,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(FaultInjection, MalformedSwitchIsBadInput) {
   testing::TempDir dir;
-  const std::string recipe = dir.Write("fault.toml", kRecipe);
+  const std::string recipe = dir.Write("fault.toml", RecipeToml());
   testing::CommandResult r =
       testing::RunBitparity({"arm", recipe, "--out", dir.File("t.h5"), "--quiet"},
                             {{"BITPARITY_FAULT", "explode,rank=1"}});

@@ -32,19 +32,8 @@ TEST(MatrixCommand, ShippedMatrixCiSubsetPasses) {
   EXPECT_NE(r.output.find("cells x checks"), std::string::npos);
 }
 
-const char kBase[] = R"(
-[model]
-hidden = 32
-heads = 4
-layers = 2
-first_k_dense = 1
-experts = 4
-topk = 2
-moe_ffn = 32
-ffn = 64
-vocab = 64
-seq_len = 16
-[parallel]
+std::string BaseToml() {
+  return testing::SmallModelTable(2, 0) + R"([parallel]
 ep = 2
 [train]
 micro_batch = 2
@@ -55,10 +44,11 @@ engine = "reference"
 [arms.overlap]
 engine = "overlap"
 )";
+}
 
 TEST(MatrixCommand, InvalidCellsAreSkippedWithTheReasonAndFiltersSelect) {
   testing::TempDir dir;
-  dir.Write("base.toml", kBase);
+  dir.Write("base.toml", BaseToml());
   const std::string matrix = dir.Write("m.toml", R"(
 [matrix]
 base = "base.toml"
@@ -96,7 +86,7 @@ mtp = "mtp_layers=1"
 
 TEST(MatrixCommand, BadMatrixFilesAreBadInput) {
   testing::TempDir dir;
-  dir.Write("base.toml", kBase);
+  dir.Write("base.toml", BaseToml());
   for (const char* body :
        {"[matrix]\nbase = \"base.toml\"\n[matrix.axes]\nspeed = [1]\n",
         "[matrix]\nbase = \"missing.toml\"\n[matrix.axes]\nmtp_layers = [0]\n",

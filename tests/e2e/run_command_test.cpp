@@ -18,21 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char kSmallRecipe[] = R"(
+std::string SmallRecipeToml() {
+  return R"(
 name = "small"
-[model]
-hidden = 32
-heads = 4
-layers = 3
-first_k_dense = 1
-experts = 4
-topk = 2
-moe_ffn = 32
-ffn = 64
-vocab = 64
-seq_len = 16
-mtp_layers = 1
-[parallel]
+)" + testing::SmallModelTable(3, 1) +
+         R"([parallel]
 ep = 2
 timeout_s = 60
 [train]
@@ -50,6 +40,7 @@ engine = "reference"
 [arms.overlap]
 engine = "overlap"
 )";
+}
 
 struct Junit {
   pugi::xml_document doc;
@@ -121,7 +112,7 @@ TEST(RunCommand, DefaultRecipePassesEndToEnd) {
 
 class SmallRecipeTest : public ::testing::Test {
  protected:
-  void SetUp() override { recipe_ = dir_.Write("small.toml", kSmallRecipe); }
+  void SetUp() override { recipe_ = dir_.Write("small.toml", SmallRecipeToml()); }
 
   testing::CommandResult Run(const std::string& out, std::vector<std::string> extra = {},
                              std::vector<std::pair<std::string, std::string>> env = {}) {

@@ -11,6 +11,7 @@
 
 #include "core/errors.h"
 #include "core/recipe.h"
+#include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"
 
 namespace bitparity {
@@ -32,22 +33,7 @@ std::string Name(const ParityConfig& c) {
 std::string RecipeText(const ParityConfig& c) {
   const std::string recompute = "{ granularity = \"full\", method = \"" + c.method +
                                 "\", num_layers = " + std::to_string(c.num_layers) + " }";
-  return R"(
-[model]
-hidden = 32
-heads = 4
-layers = 3
-first_k_dense = 1
-experts = 4
-topk = 2
-moe_ffn = 32
-ffn = 64
-vocab = 64
-seq_len = 16
-mtp_layers = )" +
-         std::to_string(c.mtp_layers) + R"(
-dispatcher = ")" +
-         c.dispatcher + R"("
+  return testing::SmallModelTable(3, c.mtp_layers) + R"(dispatcher = ")" + c.dispatcher + R"("
 [parallel]
 ep = 2
 [train]

@@ -4,25 +4,14 @@
 #include <gtest/gtest.h>
 
 #include "core/recipe.h"
+#include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"
 
 namespace bitparity {
 namespace {
 
-const char kRecipe[] = R"(
-[model]
-hidden = 32
-heads = 4
-layers = 4
-first_k_dense = 1
-experts = 4
-topk = 2
-moe_ffn = 32
-ffn = 64
-vocab = 64
-seq_len = 16
-mtp_layers = 1
-[parallel]
+std::string RecipeToml() {
+  return testing::SmallModelTable(4, 1) + R"([parallel]
 ep = 2
 [train]
 micro_batch = 2
@@ -44,9 +33,10 @@ recompute = { granularity = "full", unit = "chunk" }
 [arms.reference_none]
 engine = "reference"
 )";
+}
 
 TEST(RecomputeModes, NoneChunkAndSegmentAreBitwiseEqual) {
-  Recipe recipe = ParseRecipe(kRecipe, "modes.toml");
+  Recipe recipe = ParseRecipe(RecipeToml(), "modes.toml");
   testing::RankRecords none = testing::TrainOnThreads(recipe, "none");
   EXPECT_EQ(testing::FirstDifference(none, testing::TrainOnThreads(recipe, "chunk")), "");
   EXPECT_EQ(testing::FirstDifference(none, testing::TrainOnThreads(recipe, "segment")), "");

@@ -6,27 +6,14 @@
 #include <gtest/gtest.h>
 
 #include "core/recipe.h"
+#include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"
 
 namespace bitparity {
 namespace {
 
 std::string RecipeText(int mtp_layers, const std::string& recompute) {
-  return R"(
-[model]
-hidden = 32
-heads = 4
-layers = 3
-first_k_dense = 1
-experts = 4
-topk = 2
-moe_ffn = 32
-ffn = 64
-vocab = 64
-seq_len = 16
-mtp_layers = )" +
-         std::to_string(mtp_layers) + R"(
-[parallel]
+  return testing::SmallModelTable(3, mtp_layers) + R"([parallel]
 ep = 2
 [train]
 micro_batch = 2

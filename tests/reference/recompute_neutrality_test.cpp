@@ -12,26 +12,13 @@
 #include "core/float_bits.h"
 #include "core/recipe.h"
 #include "runtime/trainer.h"
+#include "tests/support/test_support.h"
 
 namespace bitparity {
 namespace {
 
 std::string RecipeText(int mtp_layers, const std::string& precision) {
-  std::string text = R"(
-[model]
-hidden = 32
-heads = 4
-layers = 3
-first_k_dense = 1
-experts = 4
-topk = 2
-moe_ffn = 32
-ffn = 64
-vocab = 64
-seq_len = 16
-mtp_layers = )" + std::to_string(mtp_layers) +
-                     R"(
-[train]
+  std::string text = testing::SmallModelTable(3, mtp_layers) + R"([train]
 micro_batch = 2
 global_batch = 6
 iterations = 3

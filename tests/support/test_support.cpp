@@ -81,4 +81,11 @@ std::vector<int64_t> ProcessesMentioning(const std::string& needle) {
   return pids;
 }
 
+std::string SmallModelTable(int layers, int mtp_layers, int topk) {
+  return "[model]\nhidden = 32\nheads = 4\nlayers = " + std::to_string(layers) +
+         "\nfirst_k_dense = 1\nexperts = 4\ntopk = " + std::to_string(topk) +
+         "\nmoe_ffn = 32\nffn = 64\nvocab = 64\nseq_len = 16\nmtp_layers = " +
+         std::to_string(mtp_layers) + "\n";
+}
+
 }  // namespace bitparity::testing

@@ -46,6 +46,10 @@ std::vector<int64_t> ProcessesMentioning(const std::string& needle);
 
 std::string ReadFile(const std::string& path);
 
+// The [model] table of the small MoE GPT most suites train (hidden 32, 4 heads, 4 experts,
+// sequence 16), with the layer count, MTP depth and top-k a suite needs; ends with a newline.
+std::string SmallModelTable(int layers = 3, int mtp_layers = 1, int topk = 2);
+
 }  // namespace bitparity::testing
 
 #endif  // BITPARITY_TESTS_SUPPORT_TEST_SUPPORT_H_

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -32,6 +33,24 @@ void CheckSplits(const at::Tensor& t, const std::vector<int64_t>& splits, int64_
                            std::to_string(total) + " but the tensor has " +
                            std::to_string(t.dim() ? t.size(0) : 0) + " rows");
   }
+}
+
+// The network device this rank's Gloo pairs bind to, chosen as torch.distributed does:
+// GLOO_SOCKET_IFNAME names an interface; a loopback master means a single-host world, bound to
+// loopback; otherwise the address this host's own name resolves to (never the master's
+// address, which only the master's host can bind).
+std::shared_ptr<::gloo::transport::Device> GlooDevice(const RankContext& context) {
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (ifname != nullptr && *ifname != '\0') {
+    std::string first = ifname;
+    first = first.substr(0, first.find(','));
+    return c10d::ProcessGroupGloo::createDeviceForInterface(first);
+  }
+  const std::string& addr = context.master_addr;
+  if (addr.rfind("127.", 0) == 0 || addr == "localhost" || addr == "::1") {
+    return c10d::ProcessGroupGloo::createDeviceForHostname(addr);
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
 }  // namespace
@@ -82,8 +101,7 @@ std::shared_ptr<Communicator> Communicator::Connect(const RankContext& context,
     options.timeout = timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(context.master_addr, options);
     auto pg_options = c10d::ProcessGroupGloo::Options::create(timeout);
-    pg_options->devices.push_back(
-        c10d::ProcessGroupGloo::createDeviceForHostname(context.master_addr));
+    pg_options->devices.push_back(GlooDevice(context));
     pg_options->threads = 2;
     comm->group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
         store, static_cast<int>(context.rank), static_cast<int>(context.world_size), pg_options);

@@ -1,8 +1,12 @@
 // The rank process runs under any launcher that sets the torchrun or Slurm variables: two
 // workers started by hand and merged with `bitparity merge` give the same trace as
-// `bitparity arm`.
+// `bitparity arm`. The torchrun case binds Gloo to the interface GLOO_SOCKET_IFNAME names; the
+// Slurm case names the master by this host's name, so every rank binds to the address its own
+// host name resolves to, as the ranks on a cluster's other nodes do.
 
 #include <gtest/gtest.h>
+#include <netdb.h>
+#include <unistd.h>
 
 #include <boost/process.hpp>
 #include <filesystem>
@@ -30,6 +34,18 @@ engine = "reference"
 )";
 }
 
+// This host's name when it resolves (the way a cluster job names its master), else loopback.
+std::string HostNameOrLoopback() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name, nullptr, &hints, &found) != 0) return "127.0.0.1";
+  ::freeaddrinfo(found);
+  return name;
+}
+
 void LaunchWorkersByHand(const std::string& recipe, const std::string& parts, bool slurm) {
   const int port = testing::FreePort();
   std::vector<bp::child> ranks;
@@ -38,14 +54,17 @@ void LaunchWorkersByHand(const std::string& recipe, const std::string& parts, bo
     for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"}) {
       env.erase(name);
     }
+    env.erase("GLOO_SOCKET_IFNAME");
     if (slurm) {
       env["SLURM_PROCID"] = std::to_string(r);
       env["SLURM_NTASKS"] = "2";
+      env["MASTER_ADDR"] = HostNameOrLoopback();
     } else {
       env["RANK"] = std::to_string(r);
       env["WORLD_SIZE"] = "2";
+      env["MASTER_ADDR"] = "127.0.0.1";
+      env["GLOO_SOCKET_IFNAME"] = "lo";
     }
-    env["MASTER_ADDR"] = "127.0.0.1";
     env["MASTER_PORT"] = std::to_string(port);
     ranks.emplace_back(
         bp::exe = testing::BitparityBinary(),

@@ -68,7 +68,12 @@ FaultPlan ParseFaultPlan(const std::string& text) {
                      fields[""] + "'");
   }
   plan.kind = kind->second;
-  plan.rank = ParseField(var, fields, "rank", 0, true);
+  if (fields.count("rank") && fields["rank"] == "all") {
+    plan.rank = FaultPlan::kEveryRank;
+  } else {
+    plan.rank = ParseField(var, fields, "rank", 0, true);
+    if (plan.rank < 0) throw InputError(var + ": rank must be >= 0 or 'all'");
+  }
   plan.iteration = ParseField(var, fields, "iteration", 1, false);
   for (const auto& [key, value] : fields) {
     if (key != "" && key != "rank" && key != "iteration") {
@@ -102,7 +107,8 @@ GradPerturbation ParseGradPerturbation(const std::string& text) {
 }
 
 void MaybeInjectFault(const FaultPlan& plan, int64_t rank, int64_t iteration) {
-  if (plan.kind == FaultKind::kNone || plan.rank != rank) return;
+  if (plan.kind == FaultKind::kNone) return;
+  if (plan.rank != FaultPlan::kEveryRank && plan.rank != rank) return;
   if (plan.kind == FaultKind::kStartup) {
     if (iteration != 0) return;
     std::fprintf(stderr, "fault injection: rank %lld fails at start-up\n",

@@ -19,6 +19,7 @@ namespace bitparity {
 enum class FaultKind { kNone, kCrash, kSegv, kHang, kError, kStartup };
 
 struct FaultPlan {
+  static constexpr int64_t kEveryRank = -1;  // `rank=all`
   FaultKind kind = FaultKind::kNone;
   int64_t rank = 0;
   int64_t iteration = 1;

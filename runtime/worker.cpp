@@ -1,6 +1,7 @@
 #include "runtime/worker.h"
 
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -62,6 +63,11 @@ int Run(const std::string& recipe_path, const std::string& arm_name, const std::
   if (!std::filesystem::is_directory(out_dir)) {
     throw InputError(out_dir + ": output directory does not exist");
   }
+  // The first line of every rank's log: which process and process group it is, so that a
+  // launcher's tests can check that no member of the group outlives a failed run.
+  std::printf("@rank rank=%lld pid=%d pgid=%d\n", static_cast<long long>(context.rank),
+              static_cast<int>(::getpid()), static_cast<int>(::getpgrp()));
+  std::fflush(stdout);
   MaybeInjectFault(fault, context.rank, 0);
 
   MemoryTracker::Install();

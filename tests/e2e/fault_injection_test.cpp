@@ -52,6 +52,13 @@ TEST_P(FaultInjectionTest, GroupEndsWithExitThreeAndNothingLeftBehind) {
     EXPECT_EQ(name.find("trace.h5.parts"), std::string::npos) << "partial results left: " << name;
   }
   EXPECT_TRUE(testing::ProcessesMentioning(dir.path()).empty()) << "a rank outlived the launcher";
+  // Every rank that started names its process group in its log; none of the group survives.
+  const std::vector<int64_t> groups = testing::RankProcessGroups(trace + ".logs");
+  EXPECT_FALSE(groups.empty()) << "no rank log names its process group";
+  for (int64_t pgid : groups) {
+    EXPECT_TRUE(testing::ProcessesInGroup(pgid).empty())
+        << "a process of the ranks' group " << pgid << " outlived the launcher";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -61,7 +68,11 @@ INSTANTIATE_TEST_SUITE_P(
                             "rank 0 was killed by signal 11"},
                       Fault{"error", "error,rank=1,iteration=2", "rank 1 exited with code 1"},
                       Fault{"startup", "startup,rank=1", "rank 1 exited with code 1"},
-                      Fault{"hang", "hang,rank=1,iteration=2", "rank 1 was still running"}),
+                      Fault{"hang", "hang,rank=1,iteration=2", "rank 1 was still running"},
+                      // No rank is left to time out on a silent peer: the launcher's deadline.
+                      Fault{"every_rank_hangs", "hang,rank=all,iteration=2",
+                            "the run exceeded the recipe's timeout of 10 s; rank 0 was still "
+                            "running and was ended"}),
     [](const ::testing::TestParamInfo<Fault>& info) { return info.param.name; });
 
 TEST(FaultInjection, MalformedSwitchIsBadInput) {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/process.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -79,6 +80,41 @@ std::vector<int64_t> ProcessesMentioning(const std::string& needle) {
     }
   }
   return pids;
+}
+
+std::vector<int64_t> ProcessesInGroup(int64_t pgid) {
+  std::vector<int64_t> pids;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    // /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses.
+    const std::string stat = ReadFile(entry.path().string() + "/stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    int64_t ppid = 0, group = 0;
+    if (!(rest >> state >> ppid >> group)) continue;
+    if (group == pgid && state != "Z" && state != "X") pids.push_back(std::stoll(name));
+  }
+  return pids;
+}
+
+std::vector<int64_t> RankProcessGroups(const std::string& log_dir) {
+  std::vector<int64_t> groups;
+  if (!fs::is_directory(log_dir)) return groups;
+  for (const auto& entry : fs::directory_iterator(log_dir)) {
+    std::istringstream in(ReadFile(entry.path().string()));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("@rank ", 0) != 0) continue;
+      const size_t at = line.find(" pgid=");
+      if (at != std::string::npos) groups.push_back(std::stoll(line.substr(at + 6)));
+    }
+  }
+  std::sort(groups.begin(), groups.end());
+  groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+  return groups;
 }
 
 std::string SmallModelTable(int layers, int mtp_layers, int topk) {

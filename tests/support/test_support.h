@@ -44,6 +44,12 @@ std::string BitparityBinary();
 // PIDs of running processes whose command line contains `needle`.
 std::vector<int64_t> ProcessesMentioning(const std::string& needle);
 
+// PIDs of live (not zombie) processes in process group `pgid`.
+std::vector<int64_t> ProcessesInGroup(int64_t pgid);
+
+// The process groups named by the `@rank ... pgid=G` lines of the rank logs in `log_dir`.
+std::vector<int64_t> RankProcessGroups(const std::string& log_dir);
+
 std::string ReadFile(const std::string& path);
 
 // The [model] table of the small MoE GPT most suites train (hidden 32, 4 heads, 4 experts,

@@ -442,61 +442,60 @@ void ValidateShapes(const Recipe& recipe, Diagnostics* diag) {
 
 void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
   const std::string where = "[arms." + arm.name + "]";
+  // Problems with a setting name the table it was read from, and the arm when it is inherited.
+  const std::string arm_suffix = " (arm '" + arm.name + "')";
+  const bool own_recompute = arm.recompute_table != "[recompute]";
+  const bool own_precision = arm.precision_table != "[precision]";
+  const std::string rc_where = arm.recompute_table + (own_recompute ? "" : arm_suffix);
+  const std::string precision_where = arm.precision_table + (own_precision ? "" : arm_suffix);
   const RecomputeConfig& rc = arm.recompute;
   const ModelConfig& m = recipe.model;
   if (rc.full() && rc.unit == RecomputeUnit::kSegment) {
     if (!rc.method_set) {
-      diag->Add(where,
-                "recompute method must be set (\"uniform\" or \"block\") when "
-                "granularity is \"full\"");
+      diag->Add(rc_where,
+                "method must be set (\"uniform\" or \"block\") when granularity is \"full\"");
     }
     if (rc.num_layers < 1) {
-      diag->Add(where, "recompute num_layers must be set (>= 1) when granularity is \"full\"");
+      diag->Add(rc_where, "num_layers must be set (>= 1) when granularity is \"full\"");
     }
     if (rc.method == RecomputeMethod::kUniform && m.mtp_layers > 0 && rc.num_layers > 1) {
-      diag->Add(where,
-                "recompute num_layers must be 1 when method is \"uniform\" and "
-                "[model] mtp_layers > 0, got " +
+      diag->Add(rc_where,
+                "num_layers must be 1 when method is \"uniform\" and [model] mtp_layers > 0, "
+                "got " +
                     std::to_string(rc.num_layers));
     }
   }
   if (rc.full() && m.dropout != 0.0) {
-    diag->Add(where, "[model] dropout must be 0 when recomputing (granularity \"full\"), got " +
-                         std::to_string(m.dropout));
+    diag->Add("[model]", "dropout must be 0 when recomputing (" + rc_where +
+                             " granularity \"full\"), got " + std::to_string(m.dropout));
   }
   const bool fp8 = arm.precision.recipe == PrecisionRecipe::kBlockwise ||
                    arm.precision.recipe == PrecisionRecipe::kMxfp8;
-  if (arm.engine != EngineKind::kOverlap) {
-    if (fp8 && arm.precision.fp8_scaling == Fp8Scaling::kDelayed) {
-      diag->Add(where,
-                "[precision] fp8_scaling \"delayed\" is not implemented: bitparity "
-                "emulates current scaling only (scales from the tensor at hand)");
+  const bool delayed = fp8 && arm.precision.fp8_scaling == Fp8Scaling::kDelayed;
+  if (arm.engine == EngineKind::kOverlap) {
+    // Megatron's rules for --overlap-moe-expert-parallel-comm.
+    if (m.mtp_layers > 1) {
+      diag->Add(where, "the overlap engine supports [model] mtp_layers 0 or 1, got " +
+                           std::to_string(m.mtp_layers));
     }
-    return;
-  }
-  // Megatron's rules for --overlap-moe-expert-parallel-comm.
-  if (m.mtp_layers > 1) {
-    diag->Add(where, "the overlap engine supports [model] mtp_layers 0 or 1, got " +
-                         std::to_string(m.mtp_layers));
-  }
-  if (rc.full() && recipe.parallel.ep < 2) {
-    diag->Add(where,
-              "the overlap engine with full recompute needs [parallel] ep > 1 (the "
-              "all-to-all it overlaps), got ep = " +
-                  std::to_string(recipe.parallel.ep));
-  }
-  if (fp8 && arm.precision.fp8_scaling == Fp8Scaling::kDelayed) {
-    if (!rc.full()) {
+    if (rc.full() && recipe.parallel.ep < 2) {
       diag->Add(where,
-                "[precision] fp8_scaling \"delayed\" is not implemented: bitparity "
-                "emulates current scaling only (scales from the tensor at hand)");
+                "the overlap engine with full recompute needs [parallel] ep > 1 (the "
+                "all-to-all it overlaps), got ep = " +
+                    std::to_string(recipe.parallel.ep));
+    }
+    if (delayed && rc.full()) {
+      diag->Add(precision_where,
+                "fp8_scaling \"delayed\" cannot be used by the overlap engine with full "
+                "recompute: the segment replay would update the amax history a second time; "
+                "use fp8_scaling = \"current\"");
+      return;
     }
   }
-  if (rc.full() && fp8 && arm.precision.fp8_scaling == Fp8Scaling::kDelayed) {
-    diag->Add(where,
-              "delayed-scaling FP8 cannot be used by the overlap engine with full "
-              "recompute: the segment replay would update the amax history a second time; "
-              "use fp8_scaling = \"current\"");
+  if (delayed) {
+    diag->Add(precision_where,
+              "fp8_scaling \"delayed\" is not implemented: bitparity emulates current scaling "
+              "only (scales from the tensor at hand)");
   }
 }
 
@@ -578,11 +577,13 @@ ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recip
   arm.engine = r.Enum<EngineKind>("engine", EngineKind::kReference, kEngines);
   arm.dispatcher = r.Enum<Dispatcher>("dispatcher", arm.dispatcher, kDispatchers);
   if (const toml::table* t = r.SubTable("recompute")) {
-    TableReader sub(t, where.substr(0, where.size() - 1) + ".recompute]", diag);
+    arm.recompute_table = where.substr(0, where.size() - 1) + ".recompute]";
+    TableReader sub(t, arm.recompute_table, diag);
     ReadRecompute(sub, &arm.recompute);
   }
   if (const toml::table* t = r.SubTable("precision")) {
-    TableReader sub(t, where.substr(0, where.size() - 1) + ".precision]", diag);
+    arm.precision_table = where.substr(0, where.size() - 1) + ".precision]";
+    TableReader sub(t, arm.precision_table, diag);
     ReadPrecision(sub, &arm.precision);
   }
   r.RejectUnknown("engine, dispatcher, recompute, precision");

@@ -80,12 +80,16 @@ std::vector<BadRecipe> BadRecipes() {
        "[precision] recipe must be one of \"fp32\", \"bf16\", \"blockwise\", \"mxfp8\", got "
        "\"fp16\""},
       {"full_without_method", Replace(v, "method = \"uniform\"\n", ""),
-       "recompute method must be set"},
+       "[recompute] (arm 'reference') method must be set"},
       {"full_without_num_layers", Replace(v, "num_layers = 1\n", ""),
-       "recompute num_layers must be set"},
+       "[recompute] (arm 'reference') num_layers must be set"},
       {"uniform_mtp_num_layers", Replace(v, "num_layers = 1", "num_layers = 2"),
-       "recompute num_layers must be 1 when method is \"uniform\" and [model] mtp_layers > 0, "
-       "got 2"},
+       "[recompute] (arm 'reference') num_layers must be 1 when method is \"uniform\" and "
+       "[model] mtp_layers > 0, got 2"},
+      {"arm_override_full_without_method",
+       v + "\n[arms.other]\nengine = \"reference\"\n[arms.other.recompute]\nmethod = "
+           "\"block\"\nnum_layers = 0\n",
+       "[arms.other.recompute] num_layers must be an integer in"},
       {"dropout_with_recompute", Replace(v, "mtp_layers = 1", "mtp_layers = 1\ndropout = 0.1"),
        "[model] dropout must be 0 when recomputing"},
       {"dump_beyond_iterations", Replace(v, "dump_grads_at = [1]", "dump_grads_at = [1, 9]"),
@@ -103,6 +107,23 @@ std::vector<BadRecipe> BadRecipes() {
       {"arm_unknown_key", Replace(v, "engine = \"reference\"", "engine = \"reference\"\nspeed = 2"),
        "[arms.reference] has unknown key 'speed'"},
       {"not_toml", Replace(v, "hidden = 32", "hidden = = 32"), "not valid TOML"},
+      // Megatron's rules for the overlap engine (--overlap-moe-expert-parallel-comm).
+      {"overlap_full_recompute_on_one_rank",
+       Replace(Replace(v, "ep = 2", "ep = 1"), "engine = \"reference\"", "engine = \"overlap\""),
+       "[arms.reference] the overlap engine with full recompute needs [parallel] ep > 1"},
+      {"overlap_two_mtp_depths",
+       Replace(Replace(v, "mtp_layers = 1", "mtp_layers = 2"), "engine = \"reference\"",
+               "engine = \"overlap\""),
+       "[arms.reference] the overlap engine supports [model] mtp_layers 0 or 1, got 2"},
+      {"overlap_delayed_fp8_with_recompute",
+       Replace(Replace(v, "recipe = \"bf16\"", "recipe = \"blockwise\"\nfp8_scaling = \"delayed\""),
+               "engine = \"reference\"", "engine = \"overlap\""),
+       "[precision] (arm 'reference') fp8_scaling \"delayed\" cannot be used by the overlap "
+       "engine with full recompute: the segment replay would update the amax history a second "
+       "time"},
+      {"reference_delayed_fp8",
+       Replace(v, "recipe = \"bf16\"", "recipe = \"mxfp8\"\nfp8_scaling = \"delayed\""),
+       "[precision] (arm 'reference') fp8_scaling \"delayed\" is not implemented"},
       {"threads_zero", Replace(v, "ep = 2", "ep = 2\nthreads = 0"),
        "[parallel] threads must be an integer in [1, 256], got 0"},
   };

@@ -12,7 +12,7 @@ namespace bitparity {
 
 struct InjectedBugs {
   // Overlap arm.
-  bool stale_routing_metadata = false;    // backward all-to-alls read a per-layer shared plan
+  bool stale_routing_metadata = false;    // unpermute backward reads a per-layer shared plan
   bool skip_snapshot_restore = false;     // a replay does not restore the chunk-state snapshot
   bool mtp_post_outside_segment = false;  // mtp_post_process left out of the recompute scope
   bool flush_per_backward_call = false;   // main-grad flush after every node backward call

@@ -22,6 +22,29 @@ void SetRngState(const at::Tensor& state) {
   gen.set_state(state);
 }
 
+using SharedPlanSlot = std::shared_ptr<const RoutingPlan>;
+
+// Only for InjectedBugs::stale_routing_metadata: the combine's unpermutation with a backward that
+// reads the permutation from the layer's shared slot when it runs, instead of from its own saved
+// state, the way a dispatcher object shared by all microbatches reads its
+// reversed_local_input_permutation_mapping (research/parity-prototype.md §6, leak 1). Silent
+// with the alltoall dispatcher: every microbatch sends tokens x topk rows, so a later
+// microbatch's permutation has the right shape and only the order is wrong.
+class UnpermuteReadingSharedPlan : public torch::autograd::Function<UnpermuteReadingSharedPlan> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& rows,
+                            int64_t slot_address) {
+    ctx->saved_data["slot"] = slot_address;
+    return UnpermuteTokens(rows, **reinterpret_cast<const SharedPlanSlot*>(slot_address));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const SharedPlanSlot& slot =
+        *reinterpret_cast<const SharedPlanSlot*>(ctx->saved_data["slot"].toInt());
+    return {grads[0].index_select(0, slot->source_token), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -151,8 +174,16 @@ void LayerSchedule::FinishCombine() {
   GptModel* model = context_->model;
   const ChunkState& state = chunk_->state();
   combine_.Forward({rows}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
-    at::Tensor out =
-        model->LayerCombine(*weights_, in[0], residual_, moe_ ? routing_.get() : nullptr, state);
+    at::Tensor out;
+    if (moe_ && context_->bugs.stale_routing_metadata) {
+      const int64_t slot = reinterpret_cast<int64_t>(&context_->shared_routing[layer_]);
+      at::Tensor unpermuted = UnpermuteReadingSharedPlan::apply(in[0], slot);
+      out = model->LayerCombine(*weights_, unpermuted.view(residual_.sizes()), residual_, nullptr,
+                                state);
+    } else {
+      out =
+          model->LayerCombine(*weights_, in[0], residual_, moe_ ? routing_.get() : nullptr, state);
+    }
     if (last_decoder_) out = model->FinalNorm(out);
     return std::vector<at::Tensor>{out};
   });
@@ -207,10 +238,6 @@ void LayerSchedule::CombineBackward(const at::Tensor& grad) {
     mlp_input_grads_ = {g};  // the dense MLP output's gradient, for MlpBackward
     return;
   }
-  if (context_->bugs.stale_routing_metadata) {
-    const RoutingPlan& shared = *context_->shared_routing[layer_];
-    combine_comm_.OverrideSplits(shared.recv_splits, shared.send_splits);
-  }
   combine_comm_.StartBackward({g});
 }
 
@@ -224,10 +251,6 @@ void LayerSchedule::MlpBackward() {
 
 void LayerSchedule::DispatchBackward() {
   if (!moe_) return;
-  if (context_->bugs.stale_routing_metadata) {
-    const RoutingPlan& shared = *context_->shared_routing[layer_];
-    dispatch_.OverrideSplits(shared.send_splits, shared.recv_splits);
-  }
   dispatch_.StartBackward(mlp_input_grads_);
 }
 
@@ -284,30 +307,23 @@ void RecomputeSegment::Capture(const at::Tensor& input, const ChunkState& state)
   rng_state_ = RngState();
 }
 
-void RecomputeSegment::Replay(ChunkSchedule* chunk, const InjectedBugs& bugs) {
+void RecomputeSegment::BeginReplay(ChunkSchedule* chunk, const InjectedBugs& bugs) {
   ChunkState& state = chunk->state();
   if (!bugs.skip_snapshot_restore) {
     state.input_ids = snapshot_input_ids_;
     state.mtp_hidden_states = snapshot_mtp_hidden_;
   }
   if (!input_.requires_grad()) input_.requires_grad_(true);
-  const at::Tensor ambient = RngState();
-  SetRngState(rng_state_);
   for (int64_t l = spec_.first_layer; l <= spec_.last_layer(); ++l) {
-    LayerSchedule& layer = chunk->layer(l);
-    layer.SetForwardNoGrad(false);
-    layer.set_replaying(true);
-    layer.AttnForward(l == spec_.first_layer ? input_ : chunk->layer(l - 1).Output());
-    layer.DispatchForward();
-    layer.MlpForward();
-    layer.CombineForward();
-    layer.FinishCombine();
-    if (chunk->context()->plan->is_mtp(l) && !bugs.mtp_post_outside_segment) {
-      layer.MtpPostProcessForward();
-    }
-    layer.set_replaying(false);
+    chunk->layer(l).SetForwardNoGrad(false);
   }
-  SetRngState(ambient);
+  ambient_rng_state_ = RngState();
+  SetRngState(rng_state_);
+}
+
+void RecomputeSegment::EndReplay() {
+  SetRngState(ambient_rng_state_);
+  ambient_rng_state_ = at::Tensor();
 }
 
 void RecomputeSegment::Release() {
@@ -315,6 +331,7 @@ void RecomputeSegment::Release() {
   snapshot_input_ids_ = at::Tensor();
   snapshot_mtp_hidden_.clear();
   rng_state_ = at::Tensor();
+  ambient_rng_state_ = at::Tensor();
 }
 
 // ---------------------------------------------------------------------------------------------

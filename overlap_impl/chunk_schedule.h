@@ -43,7 +43,8 @@ struct OverlapContext {
   const CombinedStepPlan* plan = nullptr;
   InjectedBugs bugs;
   std::vector<TimelineEvent>* timeline = nullptr;  // optional
-  // Only for InjectedBugs::stale_routing_metadata: the last plan built for each layer.
+  // Only for InjectedBugs::stale_routing_metadata: the last plan built for each layer, by
+  // whichever microbatch ran that layer's attn forward last.
   std::vector<std::shared_ptr<const RoutingPlan>> shared_routing;
 };
 
@@ -127,9 +128,12 @@ class RecomputeSegment {
 
   // Before the head layer's forward: keep its input, the mutable chunk state and the RNG.
   void Capture(const at::Tensor& input, const ChunkState& state);
-  // Before the tail layer's backward: restore the snapshot and replay every layer's forward with
-  // grad enabled from the kept input (the replay's all-to-alls are exposed).
-  void Replay(ChunkSchedule* chunk, const InjectedBugs& bugs);
+  // Before the tail layer's backward: restore the snapshot and the captured RNG state, and turn
+  // grad back on for the segment's layers; the plan's replay operations then run every node's
+  // forward again from input(), and EndReplay brings the ambient RNG state back.
+  void BeginReplay(ChunkSchedule* chunk, const InjectedBugs& bugs);
+  void EndReplay();
+  const at::Tensor& input() const { return input_; }
   // After the head layer's backward.
   void Release();
 
@@ -142,6 +146,7 @@ class RecomputeSegment {
   at::Tensor snapshot_input_ids_;
   std::vector<at::Tensor> snapshot_mtp_hidden_;
   at::Tensor rng_state_;
+  at::Tensor ambient_rng_state_;
 };
 
 class ChunkSchedule {

@@ -40,6 +40,8 @@ const char* ToString(Phase phase) {
       return "capture";
     case Phase::kReplay:
       return "replay";
+    case Phase::kReplayDone:
+      return "replay_done";
     case Phase::kRelease:
       return "release";
     case Phase::kFlushGrads:
@@ -97,9 +99,7 @@ class PlanBuilder {
     const LayerSegment* b_segment = bwd ? SegmentOf(bl, &bs) : nullptr;
     const bool f_moe = fwd && plan_.layer_is_moe[fl];
     const bool b_moe = bwd && plan_.layer_is_moe[bl];
-    if (b_segment && b_segment->last_layer() == bl) {
-      Add(NodeKind::kSegment, Phase::kReplay, b, bl, bs, Stream::kNone);
-    }
+    if (b_segment && b_segment->last_layer() == bl) Replay(b, bs);
     if (bwd && plan_.is_mtp(bl)) Add(NodeKind::kMtpPostProcess, Phase::kBackward, b, bl);
     if (bwd)
       Add(NodeKind::kCombine, Phase::kBackward, b, bl, -1,
@@ -121,6 +121,23 @@ class PlanBuilder {
     if (b_segment && b_segment->first_layer == bl) {
       Add(NodeKind::kSegment, Phase::kRelease, b, bl, bs, Stream::kNone);
     }
+  }
+
+  // The segment's forward again, with grad, as the first action of its tail layer's backward;
+  // nothing of the other microbatch runs meanwhile, so its all-to-alls are exposed.
+  void Replay(int64_t b, int64_t segment) {
+    const LayerSegment& s = plan_.recompute.segments[segment];
+    Add(NodeKind::kSegment, Phase::kReplay, b, s.last_layer(), segment, Stream::kNone);
+    for (int64_t l = s.first_layer; l <= s.last_layer(); ++l) {
+      const bool moe = plan_.layer_is_moe[l];
+      Add(NodeKind::kAttn, Phase::kReplay, b, l, segment);
+      if (moe) Add(NodeKind::kDispatch, Phase::kReplay, b, l, segment, Stream::kComm);
+      Add(NodeKind::kMlp, Phase::kReplay, b, l, segment);
+      Add(NodeKind::kCombine, Phase::kReplay, b, l, segment,
+          moe ? Stream::kComm : Stream::kCompute);
+      if (plan_.is_mtp(l)) Add(NodeKind::kMtpPostProcess, Phase::kReplay, b, l, segment);
+    }
+    Add(NodeKind::kSegment, Phase::kReplayDone, b, s.last_layer(), segment, Stream::kNone);
   }
 
   void Add(NodeKind node, Phase phase, int64_t microbatch, int64_t layer = -1, int64_t segment = -1,

@@ -22,7 +22,10 @@
 // overlaps them whatever the issue order; on a CPU a compute node blocks while it runs.
 //
 // then the post-process forward, the pre-process backward and the per-microbatch gradient
-// flush. Torch-free: `bitparity plan` prints it without training.
+// flush. A segment replay is listed node by node: `segment replay` (restore the chunk-state
+// snapshot and the RNG state), every node of every layer of the segment with phase `replay`
+// (its all-to-alls exposed: each is waited for by the next node), then `segment replay_done`.
+// Torch-free: `bitparity plan` prints it without training.
 
 #include <cstdint>
 #include <string>
@@ -49,7 +52,8 @@ enum class Phase {
   kForward,
   kBackward,
   kCapture,             // segment: keep the head's input, a chunk-state snapshot, the RNG state
-  kReplay,              // segment: run its forward again with grad enabled
+  kReplay,              // segment: restore its snapshot and RNG; a node: run its forward again
+  kReplayDone,          // segment: the replay ran; the ambient RNG state comes back
   kRelease,             // segment: drop what Capture kept
   kFlushGrads,          // chunk: add the microbatch's .grad into the fp32 main grads
   kReleaseActivations,  // chunk: drop what the no-grad forward of recomputed layers held

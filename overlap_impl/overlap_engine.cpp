@@ -17,9 +17,44 @@ OverlapEngine::OverlapEngine(GptModel* model, const RecomputeConfig& recompute,
   context_.shared_routing.resize(static_cast<size_t>(plan_.layers()));
 }
 
+void OverlapEngine::Replay(const NodeOp& op, ChunkSchedule& chunk) {
+  const int64_t l = op.layer;
+  LayerSchedule& layer = chunk.layer(l);
+  RecomputeSegment& segment = chunk.segment(op.segment);
+  switch (op.node) {
+    case NodeKind::kAttn:
+      layer.set_replaying(true);
+      layer.AttnForward(l == segment.spec().first_layer ? segment.input()
+                                                        : chunk.layer(l - 1).Output());
+      return;
+    case NodeKind::kDispatch:
+      layer.DispatchForward();
+      return;
+    case NodeKind::kMlp:
+      layer.MlpForward();
+      return;
+    case NodeKind::kCombine:
+      layer.CombineForward();
+      layer.FinishCombine();  // exposed: nothing else runs while a replay's all-to-all flies
+      if (!plan_.is_mtp(l)) layer.set_replaying(false);
+      return;
+    case NodeKind::kMtpPostProcess:
+      if (!context_.bugs.mtp_post_outside_segment) layer.MtpPostProcessForward();
+      layer.set_replaying(false);
+      return;
+    default:
+      break;
+  }
+  throw std::logic_error(std::string("overlap plan: cannot replay ") + ToString(op.node));
+}
+
 void OverlapEngine::Execute(const NodeOp& op, ChunkSchedule& chunk) {
   const int64_t l = op.layer;
   const bool fwd = op.phase == Phase::kForward;
+  if (op.phase == Phase::kReplay && op.node != NodeKind::kSegment) {
+    Replay(op, chunk);
+    return;
+  }
   switch (op.node) {
     case NodeKind::kPreProcess:
       if (fwd) {
@@ -76,7 +111,10 @@ void OverlapEngine::Execute(const NodeOp& op, ChunkSchedule& chunk) {
           chunk.segment(op.segment).Capture(chunk.LayerInput(l), chunk.state());
           return;
         case Phase::kReplay:
-          chunk.segment(op.segment).Replay(&chunk, context_.bugs);
+          chunk.segment(op.segment).BeginReplay(&chunk, context_.bugs);
+          return;
+        case Phase::kReplayDone:
+          chunk.segment(op.segment).EndReplay();
           return;
         case Phase::kRelease:
           chunk.segment(op.segment).Release();

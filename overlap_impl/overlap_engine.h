@@ -37,6 +37,8 @@ class OverlapEngine : public Engine {
 
  private:
   void Execute(const NodeOp& op, ChunkSchedule& chunk);
+  // One node of a segment replay: its forward again, with grad.
+  void Replay(const NodeOp& op, ChunkSchedule& chunk);
 
   GptModel* model_;
   CombinedStepPlan plan_;

@@ -79,12 +79,6 @@ class AllToAllNode {
   // The gradients of the sent carried tensors; waits for them if needed.
   std::vector<at::Tensor> FinishBackward();
 
-  // Replaces the splits a later backward uses (only to re-create a known bug in tests).
-  void OverrideSplits(std::vector<int64_t> send_splits, std::vector<int64_t> recv_splits) {
-    send_splits_ = std::move(send_splits);
-    recv_splits_ = std::move(recv_splits);
-  }
-
   void Release();
   bool holds_tensors() const;
   bool pending() const { return !pending_.empty(); }

@@ -137,6 +137,15 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w) {
   for (const NodeOp& op : plan.ops) {
     const int64_t m = op.microbatch, l = op.layer;
     const bool fwd = op.phase == Phase::kForward;
+    if (op.phase == Phase::kReplay && op.node != NodeKind::kSegment) {
+      // A replayed layer holds what its forward with grad keeps, from its attn node on.
+      if (op.node == NodeKind::kAttn) {
+        w->Check(p.layers[l].retained + p.layers[l].forward_transient,
+                 Where("segment replay", m, l));
+        w->Add(p.layers[l].retained, Where("segment replay", m, l));
+      }
+      continue;
+    }
     switch (op.node) {
       case NodeKind::kPreProcess:
         if (fwd) {
@@ -179,13 +188,7 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w) {
       }
       case NodeKind::kSegment: {
         const LayerSegment& s = r.segments[op.segment];
-        if (op.phase == Phase::kReplay) {
-          for (int64_t j = s.first_layer; j <= s.last_layer(); ++j) {
-            w->Check(p.layers[j].retained + p.layers[j].forward_transient,
-                     Where("segment replay", m, j));
-            w->Add(p.layers[j].retained, Where("segment replay", m, j));
-          }
-        } else if (op.phase == Phase::kRelease && s.first_layer > 0 && tail(s.first_layer - 1)) {
+        if (op.phase == Phase::kRelease && s.first_layer > 0 && tail(s.first_layer - 1)) {
           w->Add(-p.input_bytes, Where("segment release", m, s.first_layer));
         }
         break;

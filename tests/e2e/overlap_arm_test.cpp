@@ -45,14 +45,22 @@ TEST(OverlapArm, PlanPrintsSegmentsAndEveryNodeOperation) {
   nlohmann::json plan = nlohmann::json::parse(json.output);
   EXPECT_EQ(plan["segments"].size(), 4u);
   EXPECT_EQ(plan["microbatches"], 4);
-  int replays = 0, comm = 0;
+  int replays = 0, replayed_nodes = 0, comm = 0, replay_comm = 0;
   for (const auto& op : plan["ops"]) {
-    replays += op["phase"] == "replay";
-    comm += op["stream"] == "comm";
+    const bool replay = op["phase"] == "replay";
+    replays += replay && op["node"] == "segment";
+    replayed_nodes += replay && op["node"] != "segment";
+    comm += op["stream"] == "comm" && !replay;
+    replay_comm += op["stream"] == "comm" && replay;
   }
   EXPECT_EQ(replays, 4 * 4);  // every segment of every microbatch, once
-  // Per microbatch: 3 MoE layers (2 decoder + MTP) x (dispatch + combine) x (forward + backward).
+  // Per microbatch: the dense layer's attn, mlp and combine; two MoE decoder layers' attn,
+  // dispatch, mlp and combine; the MTP layer's four and its post-process.
+  EXPECT_EQ(replayed_nodes, 4 * (3 + 2 * 4 + 5));
+  // Per microbatch: 3 MoE layers (2 decoder + MTP) x (dispatch + combine) x (forward + backward),
+  // and the same all-to-alls once more in the replays.
   EXPECT_EQ(comm, 4 * 3 * 4);
+  EXPECT_EQ(replay_comm, 4 * 3 * 2);
 
   testing::CommandResult reference = testing::RunBitparity({"plan", recipe, "--arm", "reference"});
   EXPECT_EQ(reference.exit_code, 0);

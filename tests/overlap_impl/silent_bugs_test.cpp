@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/recipe.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"
@@ -12,8 +14,8 @@
 namespace bitparity {
 namespace {
 
-std::string RecipeText(int mtp_layers, const std::string& recompute) {
-  return testing::SmallModelTable(3, mtp_layers) + R"([parallel]
+std::string RecipeText(int mtp_layers, const std::string& recompute, int layers = 3) {
+  return testing::SmallModelTable(layers, mtp_layers) + R"([parallel]
 ep = 2
 [train]
 micro_batch = 2
@@ -52,13 +54,44 @@ std::string WithBug(const Recipe& recipe, const std::string& arm, const std::str
 }
 
 TEST(SilentBugs, RoutingMetadataSharedAcrossMicrobatchesIsCaught) {
-  // F(k+1) layer 1 overwrites the shared plan before B(k) layer 1's backward all-to-alls.
-  Recipe recipe = ParseRecipe(RecipeText(0, kNone), "bug.toml");
+  // Four layers, layers 1-3 MoE: in the combined step F(k+1) | B(k), forward layer 1 of F(k+1)
+  // runs before backward layer 1 of B(k) (which is paired with forward layer 2), so the unpermute
+  // backward of B(k) layer 1 reads F(k+1)'s permutation. Nothing fails and the first
+  // iteration's losses are unchanged; layer 1's gradients and everything below it are wrong.
+  Recipe recipe = ParseRecipe(RecipeText(0, kNone, 4), "bug.toml");
   InjectedBugs bugs;
   bugs.stale_routing_metadata = true;
-  std::string difference = WithBug(recipe, "overlap", "reference", bugs);
+  testing::ThreadTrainOptions options;
+  options.bugs = bugs;
+  testing::RankRecords reference = testing::TrainOnThreads(recipe, "reference");
+  testing::RankRecords buggy = testing::TrainOnThreads(recipe, "overlap", options);
+  const std::string difference = testing::FirstDifference(reference, buggy);
   EXPECT_NE(difference, "");
-  std::printf("stale routing metadata: %s\n", difference.c_str());
+  for (const char* loss : {"iteration 1, rank 0: loss", "iteration 1, rank 0: lm_loss"}) {
+    EXPECT_EQ(difference.find(loss), std::string::npos) << difference;
+  }
+  std::vector<std::string> differing = testing::DifferingGrads(reference, buggy, 1, 0);
+  auto differs = [&](const std::string& prefix) {
+    return std::any_of(differing.begin(), differing.end(),
+                       [&](const std::string& name) { return name.rfind(prefix, 0) == 0; });
+  };
+  EXPECT_TRUE(differs("layers.1.")) << difference;
+  EXPECT_TRUE(differs("embedding")) << difference;
+  // Layers above the stale read (backwarded before F(k+1) reached them) are untouched.
+  EXPECT_FALSE(differs("layers.3.")) << difference;
+  EXPECT_FALSE(differs("layers.2.")) << difference;
+  EXPECT_FALSE(differs("head")) << difference;
+  std::printf("stale routing metadata: %zu parameters differ at iteration 1, first: %s\n",
+              differing.size(), difference.c_str());
+  // One microbatch per rank never interleaves, so the same bug is invisible there: the reason the
+  // parity matrix runs several microbatches through the combined schedule.
+  Recipe one = ParseRecipe(
+      testing::SmallModelTable(4, 0) +
+          "[parallel]\nep = 2\n[train]\nmicro_batch = 2\nglobal_batch = 4\niterations = 2\n"
+          "[precision]\nrecipe = \"fp32\"\n[arms.reference]\nengine = \"reference\"\n"
+          "[arms.overlap]\nengine = \"overlap\"\n",
+      "one_microbatch.toml");
+  EXPECT_EQ(WithBug(one, "overlap", "reference", bugs), "");
 }
 
 TEST(SilentBugs, ChunkStateSnapshotNotRestoredBeforeReplayIsCaught) {

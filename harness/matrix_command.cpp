@@ -279,7 +279,9 @@ int RunMatrix(const MatrixOptions& options, std::ostream& console) {
       try {
         outcome = RunRecipe(run, cell_console);
       } catch (const std::exception& e) {
-        outcome.exit_code = kExitInfrastructure;
+        // A cell that passed validation can still meet bad input (an unreadable trace, say).
+        const bool bad_input = dynamic_cast<const InputError*>(&e) != nullptr;
+        outcome.exit_code = bad_input ? kExitBadInput : kExitInfrastructure;
         CheckResult error;
         error.name = "cell";
         error.verdict = Verdict::kError;

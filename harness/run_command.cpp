@@ -279,7 +279,15 @@ class RecipeRun {
       }
     }
     for (const MemoryBound& bound : policy.memory) {
-      if (!runs_.count(bound.arm) || !runs_.count(bound.of)) continue;
+      if (!runs_.count(bound.arm) || !runs_.count(bound.of)) {
+        CheckResult skipped;
+        skipped.name = bound.arm + " vs " + bound.of + ": peak memory";
+        skipped.verdict = Verdict::kSkipped;
+        skipped.summary =
+            "arm '" + (runs_.count(bound.arm) ? bound.of : bound.arm) + "' was not run (--arms)";
+        Record(skipped, {});
+        continue;
+      }
       Record(CheckMemory(bound, PeakBytes(TraceOf(bound.arm, 1)), PeakBytes(TraceOf(bound.of, 1))),
              {});
     }
@@ -395,6 +403,19 @@ class RecipeRun {
                         " other check(s) failed, and a golden must come from a passing run";
       return;
     }
+    // Say what the new golden replaced: updating is explicit, but a mismatch it papers over
+    // must stay visible in the report.
+    std::string replaced;
+    if (golden->verdict == Verdict::kFail) {
+      replaced = "; the golden it replaced differed: " + golden->summary;
+      golden->details = "the replaced golden differed:\n" + golden->details;
+      golden->figures["replaced_a_differing_golden"] = true;
+    } else {
+      replaced = golden->verdict == Verdict::kSkipped ? "; before: " + golden->summary
+                                                      : "; the golden it replaced matched";
+      golden->details.clear();
+      golden->figures["replaced_a_differing_golden"] = false;
+    }
     Trace trace = TraceOf(baseline_, 1);
     trace.attributes["golden.fingerprint"] = fingerprint_.key;
     for (const auto& [field, value] : fingerprint_.fields) {
@@ -409,8 +430,7 @@ class RecipeRun {
     fs::create_directories(fs::path(golden_path_).parent_path());
     WriteTrace(golden_path_, trace);
     golden->verdict = Verdict::kPass;
-    golden->summary = "updated: wrote " + golden_path_;
-    golden->details.clear();
+    golden->summary = "updated: wrote " + golden_path_ + replaced;
     golden->difference.reset();
   }
 

@@ -39,6 +39,9 @@ dump_grads_at = [4]
 engine = "reference"
 [arms.overlap]
 engine = "overlap"
+[[compare.memory]]
+arm = "overlap"
+at_most = 4.0
 )";
 }
 
@@ -182,6 +185,45 @@ TEST_F(SmallRecipeTest, GoldenLifecycle) {
     EXPECT_NE(message.find("(2 ulp)"), std::string::npos) << message;
   }
 
+  // --update-golden from a run in which another check failed is refused, and the golden stays.
+  const std::string matching = testing::ReadFile(golden);
+  testing::CommandResult refused =
+      Run("refused", {"--update-golden", "--perturb",
+                      "overlap:2:rank=1,iteration=2,param=layers.1.attention.qkv,element=17"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  {
+    auto junit = ReadJunit(dir_.File("refused/junit.xml"));
+    const auto& [verdict, message] = junit->cases["golden: reference"];
+    EXPECT_EQ(verdict, "failure");
+    EXPECT_NE(message.find("not updated: 1 other check(s) failed"), std::string::npos) << message;
+    EXPECT_EQ(testing::ReadFile(golden), matching) << "a failing run must not write the golden";
+  }
+
+  // Replacing a golden that differs (every other check passing) is allowed, but the report says
+  // what the replaced golden disagreed on.
+  testing::CommandResult replaced =
+      Run("replaced", {"--update-golden", "--arms", "reference", "--perturb",
+                       "reference:all:rank=0,iteration=4,param=layers.2.mlp.router,element=5"});
+  EXPECT_EQ(replaced.exit_code, 0) << replaced.output;
+  {
+    EXPECT_EQ(ReadJunit(dir_.File("replaced/junit.xml"))->cases["golden: reference"].first, "pass");
+    EXPECT_NE(replaced.output.find("the golden it replaced differed"), std::string::npos)
+        << replaced.output;
+    EXPECT_NE(testing::ReadFile(golden), matching);
+    nlohmann::json report =
+        nlohmann::json::parse(testing::ReadFile(dir_.File("replaced/report.json")));
+    bool flagged = false;
+    for (const auto& check : report["checks"]) {
+      if (check["name"] == "golden: reference") {
+        flagged = check["figures"]["replaced_a_differing_golden"].get<bool>();
+        EXPECT_NE(check["summary"].get<std::string>().find("main grad of layers.2.mlp.router"),
+                  std::string::npos)
+            << check["summary"];
+      }
+    }
+    EXPECT_TRUE(flagged);
+  }
+
   // A golden of another fingerprint does not apply: skipped, with the reason.
   Trace other = ReadTrace(golden);
   for (RankTrace& rank : other.ranks) rank.attributes["provenance.blas"] = "/opt/other/libblas.so";
@@ -189,8 +231,8 @@ TEST_F(SmallRecipeTest, GoldenLifecycle) {
   WriteTrace(dir_.File("golden/small/cpu-000000000000.h5"), other);
   testing::CommandResult skipped = Run("skipped");
   EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
-  const auto& [verdict, message] =
-      ReadJunit(dir_.File("skipped/junit.xml"))->cases["golden: reference"];
+  auto skipped_junit = ReadJunit(dir_.File("skipped/junit.xml"));
+  const auto& [verdict, message] = skipped_junit->cases["golden: reference"];
   EXPECT_EQ(verdict, "skipped");
   EXPECT_NE(message.find("cpu-000000000000.h5 (differs in blas)"), std::string::npos) << message;
 }
@@ -229,6 +271,9 @@ TEST_F(SmallRecipeTest, SubsetsOfArmsAndRepeats) {
   auto junit = ReadJunit(dir_.File("one/junit.xml"));
   EXPECT_EQ(junit->cases["overlap reproduces itself"].first, "skipped");
   EXPECT_EQ(junit->cases["golden: reference"].first, "skipped");
+  const auto& [verdict, message] = junit->cases["overlap vs reference: peak memory"];
+  EXPECT_EQ(verdict, "skipped");
+  EXPECT_NE(message.find("arm 'reference' was not run"), std::string::npos) << message;
   EXPECT_EQ(Run("bad", {"--arms", "nope"}).exit_code, 2);
   EXPECT_EQ(Run("bad", {"--perturb", "overlap:9:rank=0"}).exit_code, 2);
 }

@@ -190,6 +190,19 @@ TEST(BlockwiseScaling, HandComputedRoundTrips) {
             (std::vector<float>{-0.3125f, -0.6875f}));
 }
 
+TEST(BlockwiseScaling, SaturationBoundaryRoundTrips) {
+  // amax 448: scale 1, so the values are encoded as they are. Between 416 and 448 the E4M3 step
+  // is 32: 447 and 440 round up to 448, 424 down to 416, and the tie 432 goes to the even
+  // mantissa (448 = 1.110b x 2^8). Nothing exceeds 448.
+  EXPECT_EQ(RoundTrip({448.0f, -448.0f, 447.0f, 440.0f, 432.0f, 424.0f}, 1, 6, 1, 128,
+                      fp8::Scaling::kBlockwise),
+            (std::vector<float>{448.0f, -448.0f, 448.0f, 448.0f, 448.0f, 416.0f}));
+  // Just above the boundary: amax 449 gives scale 0.5 (448 / 449 rounded down), 449 -> 224.5 ->
+  // 224 -> 448, and 1 -> 0.5 exact -> 1.
+  EXPECT_EQ(RoundTrip({449.0f, 1.0f}, 1, 2, 1, 128, fp8::Scaling::kBlockwise),
+            (std::vector<float>{448.0f, 1.0f}));
+}
+
 TEST(BlockwiseScaling, RaggedLastTileUsesItsOwnAmax) {
   // 130 columns in 1x128 tiles: columns 128..129 form a tile of 2 with its own scale.
   // Scaled by the first tile's 2^-8 (amax 1e5), 0.3 would fall to the subnormal 2^-9 (0.5).
@@ -246,6 +259,18 @@ TEST(MxScaling, HandComputedRoundTripsIn32ElementBlocks) {
   // Values at the saturation boundary stay in range: amax / scale <= 448 by construction.
   std::vector<float> edge = RoundTrip({448.0f, -448.0f, 447.0f}, 1, 3, 1, 32, fp8::Scaling::kMx);
   EXPECT_EQ(edge, (std::vector<float>{448.0f, -448.0f, 448.0f}));
+}
+
+TEST(MxScaling, AllNegativeAndAllZeroBlocks) {
+  // All negative: amax 0.7, 0.7 / 448 = 2^-9.3 rounds up to the scale 2^-9; -0.3 -> -153.6 ->
+  // -160 -> -0.3125 and -0.7 -> -358.4 -> -352 -> -0.6875.
+  EXPECT_EQ(RoundTrip({-0.3f, -0.7f}, 1, 2, 1, 32, fp8::Scaling::kMx),
+            (std::vector<float>{-0.3125f, -0.6875f}));
+  // amax 0: scale 1 and zeros keep their signs.
+  std::vector<float> zeros = RoundTrip({0.0f, -0.0f, 0.0f}, 1, 3, 1, 32, fp8::Scaling::kMx);
+  EXPECT_EQ(zeros, (std::vector<float>{0.0f, 0.0f, 0.0f}));
+  EXPECT_TRUE(std::signbit(zeros[1]));
+  EXPECT_FALSE(std::signbit(zeros[0]));
 }
 
 }  // namespace

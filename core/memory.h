@@ -2,8 +2,9 @@
 #define BITPARITY_CORE_MEMORY_H_
 
 // Accounting of CPU tensor memory: a wrapper around LibTorch's CPU allocator that counts live
-// and peak bytes of every tensor allocation made after it is installed. Memory that kernels
-// allocate outside the c10 allocator (library scratch buffers) is not seen.
+// and peak bytes of every tensor allocation made after it is installed. oneDNN's scratchpads
+// come from the c10 allocator in this LibTorch and are counted (a test pins that down); memory a
+// library takes from malloc directly (the BLAS's own buffers, say) is not seen.
 
 #include <cstdint>
 #include <string>

@@ -176,7 +176,7 @@ class Writer {
     StringDataset(group.get(), "param_shapes", shapes);
 
     const size_t n = rank.iterations.size();
-    std::vector<int64_t> iteration(n), peak(n), end(n);
+    std::vector<int64_t> iteration(n), peak(n), end(n), comm_count(n);
     std::vector<float> loss(n), lm(n), mtp(n), aux(n);
     std::vector<double> norm(n), lr(n), seconds(n), comm(n), exposed(n), record(n);
     std::vector<uint64_t> grad_digest(n * params), param_digest(n * params);
@@ -200,6 +200,7 @@ class Writer {
       comm[i] = r.comm_seconds;
       exposed[i] = r.comm_exposed_seconds;
       record[i] = r.record_seconds;
+      comm_count[i] = r.comm_count;
       std::copy(r.grad_digests.begin(), r.grad_digests.end(), grad_digest.begin() + i * params);
       std::copy(r.param_digests.begin(), r.param_digests.end(), param_digest.begin() + i * params);
     }
@@ -217,6 +218,7 @@ class Writer {
     Dataset(g, "comm_seconds", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, comm.data());
     Dataset(g, "comm_exposed_seconds", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, exposed.data());
     Dataset(g, "record_seconds", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, record.data());
+    Dataset(g, "comm_count", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64, comm_count.data());
     Dataset(g, "grad_digest", {n, params}, H5T_STD_U64LE, H5T_NATIVE_UINT64, grad_digest.data());
     Dataset(g, "param_digest", {n, params}, H5T_STD_U64LE, H5T_NATIVE_UINT64, param_digest.data());
 
@@ -486,6 +488,9 @@ class Reader {
     auto comm = optional("comm_seconds");
     auto exposed = optional("comm_exposed_seconds");
     auto record = optional("record_seconds");
+    auto comm_count = H5Lexists(g, "comm_count", H5P_DEFAULT) > 0
+                          ? Read<int64_t>(g, "comm_count", H5T_NATIVE_INT64, H5T_INTEGER, {n})
+                          : std::vector<int64_t>(n, 0);
     auto grad_digest =
         Read<uint64_t>(g, "grad_digest", H5T_NATIVE_UINT64, H5T_INTEGER, {n, params}, H5T_SGN_NONE);
     auto param_digest = Read<uint64_t>(g, "param_digest", H5T_NATIVE_UINT64, H5T_INTEGER,
@@ -508,6 +513,7 @@ class Reader {
       r.comm_seconds = comm[i];
       r.comm_exposed_seconds = exposed[i];
       r.record_seconds = record[i];
+      r.comm_count = comm_count[i];
       r.grad_digests.assign(grad_digest.begin() + i * params,
                             grad_digest.begin() + (i + 1) * params);
       r.param_digests.assign(param_digest.begin() + i * params,

@@ -33,6 +33,7 @@ struct IterationRecord {
   double step_seconds = 0;  // wall time (reported, not gated)
   double comm_seconds = 0;  // all-to-alls in flight, summed (reported)
   double comm_exposed_seconds = 0;      // of which the schedule waited for them (reported)
+  int64_t comm_count = 0;               // all-to-alls completed (reported)
   double record_seconds = 0;            // spent on digests and dumps for the trace (reported)
   std::vector<uint64_t> grad_digests;   // XXH3-64 of each parameter's fp32 main grad
   std::vector<uint64_t> param_digests;  // XXH3-64 of each fp32 master parameter after the step

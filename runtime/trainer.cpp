@@ -168,6 +168,7 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   record.iteration = iteration;
   record.comm_seconds = comm_->stats().in_flight_seconds;
   record.comm_exposed_seconds = comm_->stats().exposed_seconds;
+  record.comm_count = comm_->stats().count;
   auto record_start = std::chrono::steady_clock::now();
   for (const Parameter& p : params.all()) {
     record.grad_digests.push_back(TensorDigest(p.main_grad));

@@ -117,8 +117,9 @@ TEST(ExpertParallel, AllToAllAndFlexAgreeWithinRoundingWithTopThree) {
       if (scale > 0) worst_relative = std::max(worst_relative, c.max_abs_diff / scale);
     }
   }
-  // Measured on this machine: a few ulp in the first iterations' gradients, growing as the
-  // weights drift apart; relative to each tensor's largest element it stays far below 1e-4.
+  // Measured on this machine (2 iterations, EP 2, top-3): losses bit-identical, dumped gradients
+  // within 2.7e-5 of each tensor's largest element. A ULP bound says little here: elements near
+  // zero have tiny ULPs (the largest distance seen was 1.8e7 ulp, on such an element).
   EXPECT_LE(worst_relative, 1e-4);
   RecordProperty("max_grad_ulps", std::to_string(worst_ulps));
   RecordProperty("max_relative_grad_difference", std::to_string(worst_relative));

@@ -442,12 +442,8 @@ void ValidateShapes(const Recipe& recipe, Diagnostics* diag) {
 
 void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
   const std::string where = "[arms." + arm.name + "]";
-  // Problems with a setting name the table it was read from, and the arm when it is inherited.
-  const std::string arm_suffix = " (arm '" + arm.name + "')";
-  const bool own_recompute = arm.recompute_table != "[recompute]";
-  const bool own_precision = arm.precision_table != "[precision]";
-  const std::string rc_where = arm.recompute_table + (own_recompute ? "" : arm_suffix);
-  const std::string precision_where = arm.precision_table + (own_precision ? "" : arm_suffix);
+  const std::string& rc_where = arm.recompute_table;
+  const std::string& precision_where = arm.precision_table;
   const RecomputeConfig& rc = arm.recompute;
   const ModelConfig& m = recipe.model;
   if (rc.full() && rc.unit == RecomputeUnit::kSegment) {
@@ -494,8 +490,9 @@ void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) 
   }
   if (delayed) {
     diag->Add(precision_where,
-              "fp8_scaling \"delayed\" is not implemented: bitparity emulates current scaling "
-              "only (scales from the tensor at hand)");
+              "fp8_scaling \"delayed\" is rejected: bitparity's FP8 recipes use current "
+              "scaling (scales from the tensor at hand), which a recompute replay reproduces bit "
+              "for bit; use fp8_scaling = \"current\"");
   }
 }
 
@@ -571,6 +568,8 @@ ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recip
   arm.recompute = base.recompute;
   arm.precision = base.precision;
   arm.dispatcher = base.model.dispatcher;
+  arm.recompute_table = "[recompute] (arm '" + name + "')";
+  arm.precision_table = "[precision] (arm '" + name + "')";
   const std::string where = "[arms." + name + "]";
   TableReader r(table, where, diag);
   if (!r.Has("engine")) r.Error("engine", "must be set (\"reference\" or \"overlap\")");

@@ -140,10 +140,10 @@ struct ArmConfig {
   RecomputeConfig recompute;
   PrecisionConfig precision;
   Dispatcher dispatcher = Dispatcher::kAllToAll;
-  // Where `recompute` and `precision` were read, for messages: the arm's own sub-table when it
-  // overrides them, else the recipe's top-level table.
-  std::string recompute_table = "[recompute]";
-  std::string precision_table = "[precision]";
+  // Where `recompute` and `precision` were read, as messages name it: the arm's own sub-table
+  // when it overrides them, else the top-level table and the arm ("[recompute] (arm 'x')").
+  std::string recompute_table;
+  std::string precision_table;
 };
 
 struct Recipe {

@@ -480,17 +480,16 @@ class Reader {
     auto peak = Read<int64_t>(g, "peak_bytes", H5T_NATIVE_INT64, H5T_INTEGER, {n});
     auto end = Read<int64_t>(g, "end_bytes", H5T_NATIVE_INT64, H5T_INTEGER, {n});
     auto seconds = Read<double>(g, "step_seconds", H5T_NATIVE_DOUBLE, H5T_FLOAT, {n});
-    auto optional = [&](const char* name) {
-      return H5Lexists(g, name, H5P_DEFAULT) > 0
-                 ? Read<double>(g, name, H5T_NATIVE_DOUBLE, H5T_FLOAT, {n})
-                 : std::vector<double>(n, 0.0);
+    // Reported-only records that older traces lack read as zeros.
+    auto optional = [&](auto zero, const char* name, hid_t memory_type, H5T_class_t cls) {
+      using T = decltype(zero);
+      return H5Lexists(g, name, H5P_DEFAULT) > 0 ? Read<T>(g, name, memory_type, cls, {n})
+                                                 : std::vector<T>(n, zero);
     };
-    auto comm = optional("comm_seconds");
-    auto exposed = optional("comm_exposed_seconds");
-    auto record = optional("record_seconds");
-    auto comm_count = H5Lexists(g, "comm_count", H5P_DEFAULT) > 0
-                          ? Read<int64_t>(g, "comm_count", H5T_NATIVE_INT64, H5T_INTEGER, {n})
-                          : std::vector<int64_t>(n, 0);
+    auto comm = optional(0.0, "comm_seconds", H5T_NATIVE_DOUBLE, H5T_FLOAT);
+    auto exposed = optional(0.0, "comm_exposed_seconds", H5T_NATIVE_DOUBLE, H5T_FLOAT);
+    auto record = optional(0.0, "record_seconds", H5T_NATIVE_DOUBLE, H5T_FLOAT);
+    auto comm_count = optional(int64_t{0}, "comm_count", H5T_NATIVE_INT64, H5T_INTEGER);
     auto grad_digest =
         Read<uint64_t>(g, "grad_digest", H5T_NATIVE_UINT64, H5T_INTEGER, {n, params}, H5T_SGN_NONE);
     auto param_digest = Read<uint64_t>(g, "param_digest", H5T_NATIVE_UINT64, H5T_INTEGER,

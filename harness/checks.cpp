@@ -281,9 +281,13 @@ CheckResult CheckMemoryModel(const std::string& arm, const Trace& trace, double 
   return result;
 }
 
+std::string MemoryCheckName(const MemoryBound& bound) {
+  return bound.arm + " vs " + bound.of + ": peak memory";
+}
+
 CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak_of) {
   CheckResult result;
-  result.name = bound.arm + " vs " + bound.of + ": peak memory";
+  result.name = MemoryCheckName(bound);
   const double ratio = peak_of > 0 ? static_cast<double>(peak_arm) / peak_of : 0.0;
   result.figures["peak_bytes"] = peak_arm;
   result.figures["reference_peak_bytes"] = peak_of;

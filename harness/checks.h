@@ -50,6 +50,8 @@ int64_t PredictedPeakBytes(const RankTrace& rank);
 // Every rank's measured peak within `tolerance` (relative) of its predicted peak.
 CheckResult CheckMemoryModel(const std::string& arm, const Trace& trace, double tolerance);
 CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak_of);
+// "<arm> vs <of>: peak memory", the name of a memory bound's check.
+std::string MemoryCheckName(const MemoryBound& bound);
 
 // The baseline's run against its golden (everything, bitwise). `skip_reason` non-empty: skipped.
 CheckResult CheckGolden(const std::string& arm, const Trace& run, const Trace* golden,

@@ -281,7 +281,7 @@ class RecipeRun {
     for (const MemoryBound& bound : policy.memory) {
       if (!runs_.count(bound.arm) || !runs_.count(bound.of)) {
         CheckResult skipped;
-        skipped.name = bound.arm + " vs " + bound.of + ": peak memory";
+        skipped.name = MemoryCheckName(bound);
         skipped.verdict = Verdict::kSkipped;
         skipped.summary =
             "arm '" + (runs_.count(bound.arm) ? bound.of : bound.arm) + "' was not run (--arms)";

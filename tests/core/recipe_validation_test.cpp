@@ -123,7 +123,8 @@ std::vector<BadRecipe> BadRecipes() {
        "time"},
       {"reference_delayed_fp8",
        Replace(v, "recipe = \"bf16\"", "recipe = \"mxfp8\"\nfp8_scaling = \"delayed\""),
-       "[precision] (arm 'reference') fp8_scaling \"delayed\" is not implemented"},
+       "[precision] (arm 'reference') fp8_scaling \"delayed\" is rejected: bitparity's FP8 "
+       "recipes use current scaling"},
       {"threads_zero", Replace(v, "ep = 2", "ep = 2\nthreads = 0"),
        "[parallel] threads must be an integer in [1, 256], got 0"},
   };

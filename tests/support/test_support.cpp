@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 
@@ -66,38 +67,39 @@ CommandResult RunBitparity(const std::vector<std::string>& args,
   return result;
 }
 
-std::vector<int64_t> ProcessesMentioning(const std::string& needle) {
+// PIDs of the processes in /proc (but this one) for which `keep(pid_dir)` holds.
+std::vector<int64_t> ProcessesWhere(const std::function<bool(const std::string&)>& keep) {
   std::vector<int64_t> pids;
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-    std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
-    for (char& c : cmdline) {
-      if (c == '\0') c = ' ';
-    }
-    if (cmdline.find(needle) != std::string::npos && std::stoll(name) != ::getpid()) {
+    if (std::stoll(name) != ::getpid() && keep(entry.path().string())) {
       pids.push_back(std::stoll(name));
     }
   }
   return pids;
 }
 
+std::vector<int64_t> ProcessesMentioning(const std::string& needle) {
+  return ProcessesWhere([&](const std::string& dir) {
+    std::string cmdline = ReadFile(dir + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    return cmdline.find(needle) != std::string::npos;
+  });
+}
+
 std::vector<int64_t> ProcessesInGroup(int64_t pgid) {
-  std::vector<int64_t> pids;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+  return ProcessesWhere([&](const std::string& dir) {
     // /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses.
-    const std::string stat = ReadFile(entry.path().string() + "/stat");
+    const std::string stat = ReadFile(dir + "/stat");
     const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
+    if (close == std::string::npos) return false;
     std::istringstream rest(stat.substr(close + 1));
     std::string state;
     int64_t ppid = 0, group = 0;
-    if (!(rest >> state >> ppid >> group)) continue;
-    if (group == pgid && state != "Z" && state != "X") pids.push_back(std::stoll(name));
-  }
-  return pids;
+    if (!(rest >> state >> ppid >> group)) return false;
+    return group == pgid && state != "Z" && state != "X";
+  });
 }
 
 std::vector<int64_t> RankProcessGroups(const std::string& log_dir) {

@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 #include <toml++/toml.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>

@@ -18,7 +18,7 @@
 #include "core/rank_context.h"
 
 namespace c10d {
-class ProcessGroup;
+class Backend;
 }  // namespace c10d
 
 namespace bitparity {
@@ -96,7 +96,7 @@ class Communicator {
   Communicator() = default;
   int64_t rank_ = 0;
   int64_t world_size_ = 1;
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<c10d::Backend> group_;
   CommStats stats_;
 };
 

@@ -32,7 +32,7 @@ class CountingCpuAllocator final : public c10::Allocator {
     c10::free_cpu(base);
   }
 
-  c10::DataPtr allocate(size_t bytes) const override {
+  c10::DataPtr allocate(size_t bytes) override {
     char* base = static_cast<char*>(c10::alloc_cpu(bytes + kHeader));
     *reinterpret_cast<size_t*>(base) = bytes;
     void* data = base + kHeader;
@@ -50,6 +50,10 @@ class CountingCpuAllocator final : public c10::Allocator {
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &Delete; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 };
 
 CountingCpuAllocator g_allocator;

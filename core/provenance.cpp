@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <dlfcn.h>
 #include <torch/version.h>
 #include <unistd.h>
@@ -15,15 +16,34 @@
 namespace bitparity {
 namespace {
 
-// The shared library that provides sgemm_ (the BLAS LibTorch's fp32 GEMMs go through).
+// The BLAS LibTorch's fp32 GEMMs go through. PyPI's LibTorch carries MKL inside libtorch_cpu
+// (named with its version, read from LibTorch's build configuration); otherwise the shared
+// library that provides sgemm_, by file name (not by path: where a library lives does not
+// change bits, and the fingerprint must not depend on it).
 std::string BlasLibrary() {
+  const std::string config = at::show_config();
+  const std::string mkl_marker = "Math Kernel Library Version ";
+  size_t at = config.find(mkl_marker);
+  if (config.find("BLAS_INFO=mkl") != std::string::npos && at != std::string::npos) {
+    at += mkl_marker.size();
+    return "mkl " + config.substr(at, config.find_first_of(" \n", at) - at);
+  }
   void* symbol = dlsym(RTLD_DEFAULT, "sgemm_");
   if (!symbol) return "none";
   Dl_info info;
   if (dladdr(symbol, &info) == 0 || !info.dli_fname) return "unknown";
   std::error_code ec;
   std::filesystem::path resolved = std::filesystem::canonical(info.dli_fname, ec);
-  return ec ? std::string(info.dli_fname) : resolved.string();
+  return (ec ? std::filesystem::path(info.dli_fname) : resolved).filename().string();
+}
+
+// Where LibTorch was loaded from (provenance only; never part of a fingerprint).
+std::string LibTorchLocation() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&at::show_config), &info) == 0 || !info.dli_fname) {
+    return "unknown";
+  }
+  return info.dli_fname;
 }
 
 std::string CpuInfoField(const std::string& field) {
@@ -68,7 +88,9 @@ std::map<std::string, std::string> CollectProvenance() {
   std::map<std::string, std::string> p;
   p["git_revision"] = kGitRevision;
   p["libtorch_version"] = TORCH_VERSION;
+  p["libtorch_library"] = LibTorchLocation();
   p["blas"] = BlasLibrary();
+  p["mkl_cbwr"] = Env("MKL_CBWR");
   p["blas_threads_env"] = "OPENBLAS_NUM_THREADS=" + Env("OPENBLAS_NUM_THREADS") +
                           " OMP_NUM_THREADS=" + Env("OMP_NUM_THREADS") +
                           " MKL_NUM_THREADS=" + Env("MKL_NUM_THREADS");

@@ -3,13 +3,15 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "core/determinism.h"
 #include "core/digest.h"
 #include "core/provenance.h"
 
 namespace bitparity {
 namespace {
 
-const char* const kFields[] = {"libtorch_version", "blas", "cpu_flags", "compiler", "device"};
+const char* const kFields[] = {"libtorch_version", "blas",     "mkl_cbwr",
+                               "cpu_flags",        "compiler", "device"};
 
 }  // namespace
 
@@ -31,6 +33,8 @@ Fingerprint MakeFingerprint(const std::map<std::string, std::string>& provenance
 }
 
 Fingerprint LocalFingerprint(const Recipe& recipe) {
+  // The ranks pin their environment before they compute; the fingerprint must see the same.
+  PinEnvironment("cpu");
   return MakeFingerprint(CollectProvenance(), recipe.parallel.threads, recipe.world_size());
 }
 

@@ -9,7 +9,7 @@ if(NOT NVCC)
 endif()
 execute_process(
   COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${BINARY_DIR} -G Ninja -DBITPARITY_CUDA=ON
-          -DBITPARITY_TESTS=OFF -DBITPARITY_BENCH=OFF -DCMAKE_CUDA_COMPILER=${NVCC}
+          -DBITPARITY_TESTS=OFF -DBITPARITY_BENCH=OFF -DCMAKE_CUDA_COMPILER=${NVCC} ${CONFIGURE_ARGS}
   RESULT_VARIABLE configure_result)
 if(NOT configure_result EQUAL 0)
   message(FATAL_ERROR "cuda build check: configuring with -DBITPARITY_CUDA=ON failed")

@@ -104,14 +104,18 @@ precision = { recipe = "mxfp8" }
       const double a = bf16.records[0][i].loss, b = fp8.records[0][i].loss;
       worst = std::max(worst, std::fabs(a - b) / a);
     }
+    const double last_bf16 = bf16.records[0].back().loss, last_fp8 = fp8.records[0].back().loss;
+    const double last = std::fabs(last_fp8 - last_bf16) / last_bf16;
     std::printf(
         "%s vs bf16 on the default recipe: largest relative loss difference over %zu "
-        "iterations %.4f\n",
-        arm, bf16.records[0].size(), worst);
-    // Measured here: 3.7% (blockwise, whose 1x128 tiles and 128x128 blocks span whole rows and
-    // matrices of this 64-wide model) and 2.1% (mxfp8, 32-element blocks), at worst over the
-    // 20 iterations; the bound leaves room for other machines' bf16 kernels.
-    EXPECT_LT(worst, 0.06) << arm;
+        "iterations %.4f, at the last iteration %.4f\n",
+        arm, bf16.records[0].size(), worst, last);
+    // Measured here (LibTorch 2.11, MKL and oneDNN): 12.4% (blockwise) and 12.7% (mxfp8), both at
+    // iteration 9, where both FP8 runs spike together (4.37 vs 3.89) and recover; 2.1% for both
+    // at the last iteration. With quantization switched off, the FP8 code path reproduces bf16 bit
+    // for bit, so the difference is the quantization's. (LibTorch 1.13 gave 3.7% and 2.1% worst.)
+    EXPECT_LT(worst, 0.2) << arm;
+    EXPECT_LT(last, 0.05) << arm;
     EXPECT_GT(worst, 0.0) << arm << " should not be bit-identical to bf16";
   }
 }

@@ -1,8 +1,8 @@
 #ifndef BITPARITY_CORE_FP8_H_
 #define BITPARITY_CORE_FP8_H_
 
-// FP8 formats and block-scaled quantizers, emulated exactly in software (the CPU has no
-// FP8 arithmetic):
+// FP8 formats and block-scaled quantizers, emulated exactly in software (the CPU has no FP8
+// arithmetic; tests/core/fp8_oracle_test.cpp checks every encoding against PyTorch's casts):
 //
 //   E4M3: bias 7, 3 mantissa bits, max finite 448, subnormals down to 2^-9, no infinities,
 //         NaN = S.1111.111.

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <string>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -95,11 +96,14 @@ std::shared_ptr<Communicator> Communicator::Connect(const RankContext& context,
   try {
     c10d::TCPStoreOptions options;
     options.port = static_cast<uint16_t>(context.master_port);
-    options.isServer = context.rank == 0;
+    options.isServer = context.rank == 0 && !context.agent_store;
     options.numWorkers = static_cast<size_t>(context.world_size);
-    options.waitWorkers = true;
+    options.waitWorkers = !context.agent_store;
     options.timeout = timeout;
-    auto store = c10::make_intrusive<c10d::TCPStore>(context.master_addr, options);
+    // Under torchrun the store is the agent's, shared with its own keys: bitparity's live under
+    // a prefix of their own.
+    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>(
+        "bitparity", c10::make_intrusive<c10d::TCPStore>(context.master_addr, options));
     auto pg_options = c10d::ProcessGroupGloo::Options::create(timeout);
     pg_options->devices.push_back(GlooDevice(context));
     pg_options->threads = 2;

@@ -48,6 +48,8 @@ RankContext RankContextFromEnvironment(const std::map<std::string, std::string>&
     ctx.rank = ParseInt(env, "SLURM_PROCID", 0, ctx.world_size - 1);
     ctx.local_rank = has("SLURM_LOCALID") ? ParseInt(env, "SLURM_LOCALID", 0, 1 << 20) : 0;
   }
+  ctx.agent_store =
+      has("TORCHELASTIC_USE_AGENT_STORE") && env.at("TORCHELASTIC_USE_AGENT_STORE") == "True";
   if (has("MASTER_ADDR")) ctx.master_addr = env.at("MASTER_ADDR");
   if (has("MASTER_PORT"))
     ctx.master_port = static_cast<int>(ParseInt(env, "MASTER_PORT", 1, 65535));

@@ -18,6 +18,9 @@ struct RankContext {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   std::string source = "default";  // "torchrun", "slurm" or "default" (a single rank)
+  // torchrun's agent already serves the c10d store at MASTER_ADDR:MASTER_PORT and says so with
+  // TORCHELASTIC_USE_AGENT_STORE=True: then every rank, rank 0 included, joins it as a client.
+  bool agent_store = false;
 };
 
 // Parses `env` (normally the process environment). Throws InputError for malformed or

@@ -2,7 +2,8 @@
 // workers started by hand and merged with `bitparity merge` give the same trace as
 // `bitparity arm`. The torchrun case binds Gloo to the interface GLOO_SOCKET_IFNAME names; the
 // Slurm case names the master by this host's name, so every rank binds to the address its own
-// host name resolves to, as the ranks on a cluster's other nodes do.
+// host name resolves to, as the ranks on a cluster's other nodes do. torchrun itself starts them
+// in the third case.
 
 #include <gtest/gtest.h>
 #include <netdb.h>
@@ -101,6 +102,43 @@ INSTANTIATE_TEST_SUITE_P(Environments, ClusterLaunchTest, ::testing::Values(fals
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "slurm" : "torchrun";
                          });
+
+// PyTorch's own launcher: torchrun starts the two rank processes (its agent serves the c10d
+// store; the ranks join it as clients), and their merged parts equal the local launcher's trace.
+TEST(ClusterLaunch, TorchrunStartedWorkersMergeIntoTheLaunchersTrace) {
+  const std::string torchrun = BITPARITY_TORCHRUN;
+  if (torchrun.empty()) GTEST_SKIP() << "no torchrun next to this build's LibTorch";
+  testing::TempDir dir;
+  const std::string recipe = dir.Write("r.toml", RecipeToml());
+  testing::CommandResult arm =
+      testing::RunBitparity({"arm", recipe, "--out", dir.File("launcher.h5"), "--quiet"});
+  ASSERT_EQ(arm.exit_code, 0) << arm.output;
+
+  std::filesystem::create_directories(dir.File("parts"));
+  bp::environment env = boost::this_process::environment();
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+                           "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"}) {
+    env.erase(name);
+  }
+  const std::string log = dir.File("torchrun.log");
+  bp::child launcher(bp::exe = torchrun,
+                     bp::args = {"--no-python", "--nproc-per-node", "2", "--master-addr",
+                                 "127.0.0.1", "--master-port", std::to_string(testing::FreePort()),
+                                 testing::BitparityBinary(), "worker", "--recipe", recipe, "--arm",
+                                 "reference", "--out-dir", dir.File("parts")},
+                     env, (bp::std_out & bp::std_err) > log);
+  launcher.wait();
+  ASSERT_EQ(launcher.exit_code(), 0) << testing::ReadFile(log);
+
+  testing::CommandResult merge =
+      testing::RunBitparity({"merge", dir.File("parts"), "--out", dir.File("merged.h5")});
+  ASSERT_EQ(merge.exit_code, 0) << merge.output;
+  Trace merged = ReadTrace(dir.File("merged.h5"));
+  EXPECT_EQ(merged.ranks[0].attributes.at("rank_source"), "torchrun");
+  testing::CommandResult diff =
+      testing::RunBitparity({"diff", dir.File("launcher.h5"), dir.File("merged.h5")});
+  EXPECT_EQ(diff.exit_code, 0) << diff.output;
+}
 
 TEST(ClusterLaunch, MergeOfAnIncompleteWorldIsBadInput) {
   testing::TempDir dir;

@@ -4,14 +4,33 @@
 
 #include <cstdlib>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "core/cuda_streams.h"
+#include "core/cuda_support.h"
 #include "core/errors.h"
 
 namespace bitparity {
+
+// The communication stream of a GPU rank (Megatron's comm stream).
+struct CommStream {
+  c10::Stream stream;
+};
+
+// One GPU all-to-all: the comm stream's start and end, the compute stream's wait around the
+// point where the result is consumed.
+struct CudaExchange {
+  c10::Event start = cuda::TimingEvent();
+  c10::Event done = cuda::TimingEvent();
+  c10::Event wait_begin = cuda::TimingEvent();
+  c10::Event wait_end = cuda::TimingEvent();
+  int device = 0;
+};
+
 namespace {
 
 // Gloo lacks bf16 and bool: move their bits as fp16 and uint8 views.
@@ -54,6 +73,36 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const RankContext& context
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+c10::intrusive_ptr<c10d::Backend> MakeGloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                           const RankContext& context,
+                                           std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(GlooDevice(context));
+  options->threads = 2;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(context.rank),
+                                                     static_cast<int>(context.world_size), options);
+}
+
+// The ranks that share a GPU with another rank, in words ("" when every rank has its own):
+// every rank publishes the UUID of its GPU and reads everyone's.
+std::string SharedGpus(c10d::Store& store, const RankContext& context, const std::string& uuid) {
+  store.set("gpu/" + std::to_string(context.rank), std::vector<uint8_t>(uuid.begin(), uuid.end()));
+  std::map<std::string, std::vector<int64_t>> ranks_by_gpu;
+  for (int64_t r = 0; r < context.world_size; ++r) {
+    std::vector<uint8_t> value = store.get("gpu/" + std::to_string(r));
+    ranks_by_gpu[std::string(value.begin(), value.end())].push_back(r);
+  }
+  std::string shared;
+  for (const auto& [gpu, ranks] : ranks_by_gpu) {
+    if (ranks.size() < 2) continue;
+    std::string list;
+    for (int64_t r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    shared += std::string(shared.empty() ? "" : "; ") + "ranks " + list + " share GPU " +
+              gpu.substr(0, 8);
+  }
+  return shared;
+}
+
 }  // namespace
 
 int64_t SteadyNanoseconds() {
@@ -65,33 +114,58 @@ int64_t SteadyNanoseconds() {
 at::Tensor PendingAllToAll::Wait() {
   if (waited_) return output_;
   const int64_t wait_begin = SteadyNanoseconds();
-  if (work_) {
+  if (cuda_) {
+    // The compute stream waits for the exchange on the device; the host goes on.
+    const c10::Stream compute = cuda::ComputeStream(cuda_->device);
+    cuda_->wait_begin.record(compute);
+    cuda_->done.block(compute);
+    cuda_->wait_end.record(compute);
+    owner_->unresolved_.push_back(cuda_);
+  } else if (work_) {
     try {
       work_->wait();
     } catch (const std::exception& e) {
       throw InfrastructureError(std::string("all-to-all failed: ") + e.what());
     }
+    if (staged_output_.defined()) output_.copy_(staged_output_);
   }
   waited_ = true;
-  if (stats_) {
+  if (owner_ && !cuda_) {
     const int64_t now = SteadyNanoseconds();
     const int64_t completed = completed_ns() > 0 ? completed_ns() : now;
-    stats_->in_flight_seconds += (completed - started_ns_) * 1e-9;
-    stats_->exposed_seconds += (now - wait_begin) * 1e-9;
-    ++stats_->count;
+    owner_->stats_.in_flight_seconds += (completed - started_ns_) * 1e-9;
+    owner_->stats_.exposed_seconds += (now - wait_begin) * 1e-9;
+    ++owner_->stats_.count;
   }
+  if (cuda_ && completed_ns_->load() == 0) completed_ns_->store(SteadyNanoseconds());
   return output_;
 }
 
-std::shared_ptr<Communicator> Communicator::Local() {
-  return std::shared_ptr<Communicator>(new Communicator());
+std::shared_ptr<Communicator> Communicator::Local(at::Device device) {
+  std::shared_ptr<Communicator> comm(new Communicator());
+  comm->device_ = device;
+  return comm;
 }
 
-std::shared_ptr<Communicator> Communicator::Connect(const RankContext& context,
+std::shared_ptr<Communicator> Communicator::Connect(const RankContext& context, DeviceKind device,
                                                     std::chrono::milliseconds timeout) {
   std::shared_ptr<Communicator> comm(new Communicator());
   comm->rank_ = context.rank;
   comm->world_size_ = context.world_size;
+  std::string gpu_uuid;
+  if (device == DeviceKind::kCuda) {
+    const int gpus = cuda::DeviceCount();
+    if (gpus == 0) {
+      throw InputError(std::string("[parallel] device = \"cuda\", but ") +
+                       (cuda::Compiled() ? "this process sees no GPU"
+                                         : "this build of bitparity has no GPU path") +
+                       "; use device = \"cpu\"");
+    }
+    const int index = static_cast<int>(context.local_rank % gpus);
+    cuda::SetDevice(index);
+    comm->device_ = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+    gpu_uuid = cuda::Info(index).uuid;
+  }
   if (context.world_size == 1) return comm;
   try {
     c10d::TCPStoreOptions options;
@@ -104,11 +178,31 @@ std::shared_ptr<Communicator> Communicator::Connect(const RankContext& context,
     // a prefix of their own.
     c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>(
         "bitparity", c10::make_intrusive<c10d::TCPStore>(context.master_addr, options));
-    auto pg_options = c10d::ProcessGroupGloo::Options::create(timeout);
-    pg_options->devices.push_back(GlooDevice(context));
-    pg_options->threads = 2;
-    comm->group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        store, static_cast<int>(context.rank), static_cast<int>(context.world_size), pg_options);
+    if (device == DeviceKind::kCpu) {
+      comm->transport_ = Transport::kGloo;
+      comm->transport_description_ = "gloo";
+      comm->group_ = MakeGloo(store, context, timeout);
+    } else {
+      const std::string shared = SharedGpus(*store, context, gpu_uuid);
+      if (shared.empty()) {
+        comm->transport_ = Transport::kNccl;
+        comm->transport_description_ = "nccl";
+        comm->group_ = cuda::MakeNcclBackend(
+            c10::make_intrusive<c10d::PrefixStore>("nccl", store), static_cast<int>(context.rank),
+            static_cast<int>(context.world_size), comm->device_.index(), timeout);
+        comm->comm_stream_ =
+            std::make_shared<CommStream>(CommStream{cuda::NewCommStream(comm->device_.index())});
+      } else {
+        comm->transport_ = Transport::kGlooHostStaged;
+        comm->transport_description_ =
+            "gloo, host-staged: " + shared + " (NCCL needs one GPU per rank)";
+        comm->group_ = MakeGloo(store, context, timeout);
+      }
+    }
+  } catch (const InputError&) {
+    throw;
+  } catch (const InfrastructureError&) {
+    throw;
   } catch (const std::exception& e) {
     throw InfrastructureError("rank " + std::to_string(context.rank) +
                               ": cannot join the process group at " + context.master_addr + ":" +
@@ -117,7 +211,19 @@ std::shared_ptr<Communicator> Communicator::Connect(const RankContext& context,
   return comm;
 }
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  if (transport_ == Transport::kNccl && group_) {
+    try {
+      group_->shutdown();
+    } catch (const std::exception&) {
+      // A failed shutdown at exit changes nothing the trace holds.
+    }
+  }
+}
+
+at::Device Communicator::transport_device() const {
+  return transport_ == Transport::kNccl ? device_ : at::Device(at::kCPU);
+}
 
 PendingAllToAll Communicator::StartAllToAll(const at::Tensor& input,
                                             const std::vector<int64_t>& send_splits,
@@ -128,21 +234,49 @@ PendingAllToAll Communicator::StartAllToAll(const at::Tensor& input,
   PendingAllToAll pending;
   pending.started_ns_ = SteadyNanoseconds();
   pending.completed_ns_ = std::make_shared<std::atomic<int64_t>>(0);
-  pending.stats_ = &stats_;
+  pending.owner_ = this;
   if (world_size_ == 1) {
     CheckSplits(input, recv_splits, 1, "receive");
     pending.output_ = input.clone(at::MemoryFormat::Contiguous);
     pending.completed_ns_->store(SteadyNanoseconds());
     return pending;
   }
-  at::Tensor in = input.contiguous();
-  pending.output_ = at::empty(out_shape, input.options());
-  at::Tensor in_view = TransportView(in);
-  at::Tensor out_view = TransportView(pending.output_);
   // alltoall_base moves from its split vectors: hand it copies.
   std::vector<int64_t> out_splits = recv_splits;
   std::vector<int64_t> in_splits = send_splits;
   try {
+    if (transport_ == Transport::kNccl && input.device() == device_) {
+      // On the comm stream, once the compute stream has produced the input.
+      const c10::Stream compute = cuda::ComputeStream(device_.index());
+      const c10::Stream& comm = comm_stream_->stream;
+      at::Tensor in = input.contiguous();
+      pending.output_ = at::empty(out_shape, input.options());
+      auto exchange = std::make_shared<CudaExchange>();
+      exchange->device = device_.index();
+      c10::Event ready(c10::DeviceType::CUDA);
+      ready.record(compute);
+      ready.block(comm);
+      exchange->start.record(comm);
+      {
+        c10::StreamGuard on_comm(comm);
+        c10d::AllToAllOptions options;
+        options.asyncOp = false;  // runs on the current stream: the comm stream
+        group_->alltoall_base(pending.output_, in, out_splits, in_splits, options);
+      }
+      exchange->done.record(comm);
+      cuda::RecordStream(in, comm);
+      cuda::RecordStream(pending.output_, comm);
+      pending.cuda_ = exchange;
+      return pending;
+    }
+    // Gloo (or a tensor on another device than NCCL's): through the transport device.
+    const bool staged = input.device() != transport_device();
+    at::Tensor in = input.to(transport_device()).contiguous();
+    at::Tensor out = at::empty(out_shape, in.options());
+    pending.output_ = staged ? at::empty(out_shape, input.options()) : out;
+    if (staged) pending.staged_output_ = out;
+    at::Tensor in_view = TransportView(in);
+    at::Tensor out_view = TransportView(out);
     pending.work_ = group_->alltoall_base(out_view, in_view, out_splits, in_splits);
     std::shared_ptr<std::atomic<int64_t>> completed = pending.completed_ns_;
     pending.work_->getFuture()->addCallback(
@@ -160,7 +294,9 @@ at::Tensor Communicator::AllToAll(const at::Tensor& input, const std::vector<int
 
 std::vector<at::Tensor> Communicator::AllGather(const at::Tensor& tensor) {
   if (world_size_ == 1) return {tensor.clone()};
-  at::Tensor in = TransportView(tensor.contiguous());
+  const bool gloo = transport_ != Transport::kNccl;
+  at::Tensor in = tensor.to(transport_device()).contiguous();
+  if (gloo) in = TransportView(in);
   std::vector<at::Tensor> inputs{in};
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int64_t r = 0; r < world_size_; ++r) outputs[0].push_back(at::empty_like(in));
@@ -170,7 +306,9 @@ std::vector<at::Tensor> Communicator::AllGather(const at::Tensor& tensor) {
     throw InfrastructureError(std::string("all-gather failed: ") + e.what());
   }
   std::vector<at::Tensor> result;
-  for (at::Tensor& t : outputs[0]) result.push_back(t.view(tensor.scalar_type()));
+  for (at::Tensor& t : outputs[0]) {
+    result.push_back(t.view(tensor.scalar_type()).to(tensor.device()));
+  }
   return result;
 }
 
@@ -189,6 +327,22 @@ void Communicator::Barrier() {
   } catch (const std::exception& e) {
     throw InfrastructureError(std::string("barrier failed: ") + e.what());
   }
+}
+
+const CommStats& Communicator::stats() {
+  for (const std::shared_ptr<CudaExchange>& e : unresolved_) {
+    e->wait_end.synchronize();
+    stats_.in_flight_seconds += e->start.elapsedTime(e->done) * 1e-3;
+    stats_.exposed_seconds += e->wait_begin.elapsedTime(e->wait_end) * 1e-3;
+    ++stats_.count;
+  }
+  unresolved_.clear();
+  return stats_;
+}
+
+void Communicator::ResetStats() {
+  unresolved_.clear();
+  stats_ = CommStats();
 }
 
 }  // namespace bitparity

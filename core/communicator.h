@@ -1,9 +1,18 @@
 #ifndef BITPARITY_CORE_COMMUNICATOR_H_
 #define BITPARITY_CORE_COMMUNICATOR_H_
 
-// The collectives the engines need, over a c10d process group (Gloo over loopback on CPU).
-// Every operation is deterministic: all-to-all moves bytes without arithmetic, and sums over
-// ranks are done by gathering and adding in rank order, identical on every rank.
+// The collectives the engines need, over a c10d process group, and the device the rank's tensors
+// live on. Every operation is deterministic: all-to-all moves bytes without arithmetic, and sums
+// over ranks are done by gathering and adding in rank order, identical on every rank.
+//
+// Transports:
+//   gloo              CPU ranks: Gloo over TCP (loopback on one host).
+//   nccl              GPU ranks, one GPU each: NCCL. An all-to-all runs on a communication
+//                     stream; the compute stream waits for it (on the device, not the host) only
+//                     when its result is consumed, so it runs under other compute.
+//   gloo, host-staged GPU ranks sharing a GPU (NCCL refuses that): tensors are copied to the
+//                     host, moved by Gloo, and copied back.
+// Collectives take tensors on any device and return them on the device they came from.
 
 #include <ATen/ATen.h>
 #include <c10/util/intrusive_ptr.h>
@@ -12,10 +21,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "core/rank_context.h"
+#include "core/recipe.h"
 
 namespace c10d {
 class Backend;
@@ -23,17 +34,24 @@ class Backend;
 
 namespace bitparity {
 
-// Time spent in all-to-alls: in flight (start to completion) and exposed (waiting for them).
-// Their ratio says how much communication ran hidden under other work.
+// Time spent in all-to-alls: in flight (start to completion) and exposed (the consumer waiting
+// for them). Their ratio says how much communication ran hidden under other work. On GPUs both
+// come from CUDA events (the comm stream's start and end, the compute stream's wait).
 struct CommStats {
   double in_flight_seconds = 0;
   double exposed_seconds = 0;
   int64_t count = 0;
 };
 
+enum class Transport { kLocal, kGloo, kNccl, kGlooHostStaged };
+
+struct CudaExchange;  // the events of one GPU all-to-all (core/communicator.cpp)
+struct CommStream;    // a GPU rank's communication stream (core/communicator.cpp)
+class Communicator;
+
 // An all-to-all that has been started; Wait() returns the received rows. Records when it was
-// started and when the collective library finished it (on its own thread), so that callers can
-// tell whether it completed under other work.
+// started and when the collective library finished it, so that callers can tell whether it
+// completed under other work (host clock; on GPUs the host times are those of enqueueing).
 class PendingAllToAll {
  public:
   PendingAllToAll() = default;
@@ -46,12 +64,14 @@ class PendingAllToAll {
 
  private:
   friend class Communicator;
-  at::Tensor output_;
+  at::Tensor output_;         // what Wait() returns, on the caller's device
+  at::Tensor staged_output_;  // host-staged: the host buffer Gloo receives into
   c10::intrusive_ptr<c10d::Work> work_;
+  std::shared_ptr<CudaExchange> cuda_;
   bool waited_ = false;
   int64_t started_ns_ = 0;
   std::shared_ptr<std::atomic<int64_t>> completed_ns_;
-  CommStats* stats_ = nullptr;
+  Communicator* owner_ = nullptr;
 };
 
 // Steady-clock time in nanoseconds (the clock of PendingAllToAll's records).
@@ -59,21 +79,33 @@ int64_t SteadyNanoseconds();
 
 class Communicator {
  public:
-  // Joins the process group of `context`. A single rank needs no network at all. Throws
-  // InfrastructureError when the rendezvous fails within `timeout`.
-  static std::shared_ptr<Communicator> Connect(const RankContext& context,
+  // Joins the process group of `context` on `device`. A CPU rank uses Gloo. A GPU rank takes GPU
+  // LOCAL_RANK (modulo the GPUs it sees) and uses NCCL, or host-staged Gloo when ranks share a
+  // GPU (every rank agrees through the store). A single rank needs no network at all. Throws
+  // InputError when there is no GPU to take, InfrastructureError when the rendezvous fails
+  // within `timeout`.
+  static std::shared_ptr<Communicator> Connect(const RankContext& context, DeviceKind device,
                                                std::chrono::milliseconds timeout);
+  static std::shared_ptr<Communicator> Connect(const RankContext& context,
+                                               std::chrono::milliseconds timeout) {
+    return Connect(context, DeviceKind::kCpu, timeout);
+  }
   // A communicator for a world of one rank (used by single-process tests).
-  static std::shared_ptr<Communicator> Local();
+  static std::shared_ptr<Communicator> Local(at::Device device = at::kCPU);
 
   ~Communicator();
 
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return world_size_; }
+  // Where this rank's tensors live (cpu, or cuda:N).
+  const at::Device& device() const { return device_; }
+  Transport transport() const { return transport_; }
+  // The transport in words, e.g. "nccl" or "gloo, host-staged: ranks 0, 1 share GPU 0 ...".
+  const std::string& transport_description() const { return transport_description_; }
 
   // Starts an all-to-all along dim 0: rows [sum(send[0..j)), +send[j]) of `input` go to rank j;
-  // the output holds recv[j] rows from each rank j, in rank order. bf16 travels as fp16 bits and
-  // bool as bytes (Gloo supports neither), bit-exactly.
+  // the output holds recv[j] rows from each rank j, in rank order. bf16 travels over Gloo as fp16
+  // bits and bool as bytes (Gloo supports neither), bit-exactly.
   PendingAllToAll StartAllToAll(const at::Tensor& input, const std::vector<int64_t>& send_splits,
                                 const std::vector<int64_t>& recv_splits);
   at::Tensor AllToAll(const at::Tensor& input, const std::vector<int64_t>& send_splits,
@@ -88,16 +120,25 @@ class Communicator {
 
   void Barrier();
 
-  // All-to-all time since the last ResetStats().
-  const CommStats& stats() const { return stats_; }
-  void ResetStats() { stats_ = CommStats(); }
+  // All-to-all time since the last ResetStats() (on GPUs this waits for the recorded events).
+  const CommStats& stats();
+  void ResetStats();
 
  private:
+  friend class PendingAllToAll;
   Communicator() = default;
+  // The device collectives of this transport work on (cuda for NCCL, else cpu).
+  at::Device transport_device() const;
+
   int64_t rank_ = 0;
   int64_t world_size_ = 1;
+  at::Device device_ = at::kCPU;
+  Transport transport_ = Transport::kLocal;
+  std::string transport_description_ = "local";
   c10::intrusive_ptr<c10d::Backend> group_;
   CommStats stats_;
+  std::vector<std::shared_ptr<CudaExchange>> unresolved_;  // GPU exchanges not yet in stats_
+  std::shared_ptr<CommStream> comm_stream_;                // NCCL: the communication stream
 };
 
 }  // namespace bitparity

@@ -5,13 +5,22 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <mutex>
 
+#include "core/cuda_support.h"
+
 namespace bitparity {
 namespace {
+
+// The GPU whose caching allocator is counted, or -1 (CPU tensors). On a GPU the allocator keeps
+// one peak that can be reset; the iteration's and the timeline's windows are kept from it:
+// g_cuda_window_peak is the peak seen at timeline marks since the iteration's reset.
+std::atomic<int> g_cuda_device{-1};
+std::atomic<int64_t> g_cuda_iteration_peak{0};
 
 std::atomic<int64_t> g_current{0};
 std::atomic<int64_t> g_peak{0};
@@ -73,11 +82,46 @@ void MemoryTracker::Install() {
 }
 
 bool MemoryTracker::installed() { return g_installed.load(); }
-int64_t MemoryTracker::current_bytes() { return g_current.load(); }
-int64_t MemoryTracker::peak_bytes() { return g_peak.load(); }
-void MemoryTracker::ResetPeak() { g_peak.store(g_current.load()); }
-void MemoryTracker::ResetProbePeak() { g_probe_peak.store(g_current.load()); }
-int64_t MemoryTracker::probe_peak_bytes() { return g_probe_peak.load(); }
+
+void MemoryTracker::TrackCudaDevice(int device) {
+  g_cuda_device.store(device);
+  cuda::ResetPeakAllocated(device);
+  g_cuda_iteration_peak.store(cuda::AllocatedBytes(device));
+}
+
+int64_t MemoryTracker::current_bytes() {
+  const int device = g_cuda_device.load();
+  return device >= 0 ? cuda::AllocatedBytes(device) : g_current.load();
+}
+
+int64_t MemoryTracker::peak_bytes() {
+  const int device = g_cuda_device.load();
+  if (device < 0) return g_peak.load();
+  return std::max(g_cuda_iteration_peak.load(), cuda::PeakAllocatedBytes(device));
+}
+
+void MemoryTracker::ResetPeak() {
+  const int device = g_cuda_device.load();
+  if (device < 0) {
+    g_peak.store(g_current.load());
+    return;
+  }
+  cuda::ResetPeakAllocated(device);
+  g_cuda_iteration_peak.store(cuda::AllocatedBytes(device));
+}
+
+void MemoryTracker::ResetProbePeak() {
+  const int device = g_cuda_device.load();
+  if (device >= 0) {
+    ResetPeak();  // probes run before training, outside every iteration
+    return;
+  }
+  g_probe_peak.store(g_current.load());
+}
+
+int64_t MemoryTracker::probe_peak_bytes() {
+  return g_cuda_device.load() >= 0 ? peak_bytes() : g_probe_peak.load();
+}
 
 namespace {
 
@@ -106,8 +150,20 @@ void MemoryTimeline::Mark(const std::string& label) {
   sample.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                        std::chrono::steady_clock::now().time_since_epoch())
                        .count();
-  sample.current_bytes = g_current.load();
-  sample.peak_bytes = g_window_peak.exchange(sample.current_bytes);
+  const int device = g_cuda_device.load();
+  if (device >= 0) {
+    // The allocator's peak since the previous mark, kept for the iteration, then reset.
+    sample.current_bytes = cuda::AllocatedBytes(device);
+    sample.peak_bytes = cuda::PeakAllocatedBytes(device);
+    int64_t kept = g_cuda_iteration_peak.load();
+    while (sample.peak_bytes > kept &&
+           !g_cuda_iteration_peak.compare_exchange_weak(kept, sample.peak_bytes)) {
+    }
+    cuda::ResetPeakAllocated(device);
+  } else {
+    sample.current_bytes = g_current.load();
+    sample.peak_bytes = g_window_peak.exchange(sample.current_bytes);
+  }
   sample.label = label;
   std::lock_guard<std::mutex> lock(g_timeline_mutex);
   sample.iteration = g_iteration;

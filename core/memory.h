@@ -1,10 +1,12 @@
 #ifndef BITPARITY_CORE_MEMORY_H_
 #define BITPARITY_CORE_MEMORY_H_
 
-// Accounting of CPU tensor memory: a wrapper around LibTorch's CPU allocator that counts live
-// and peak bytes of every tensor allocation made after it is installed. oneDNN's scratchpads
-// come from the c10 allocator in this LibTorch and are counted (a test pins that down); memory a
-// library takes from malloc directly (the BLAS's own buffers, say) is not seen.
+// Accounting of tensor memory. On the CPU: a wrapper around LibTorch's CPU allocator that counts
+// live and peak bytes of every tensor allocation made after it is installed. oneDNN's
+// scratchpads come from the c10 allocator in this LibTorch and are counted (a test pins that
+// down); memory a library takes from malloc directly (the BLAS's own buffers, say) is not seen.
+// On a GPU (TrackCudaDevice): the CUDA caching allocator's allocated bytes of that device, which
+// include every tensor and the libraries' workspaces taken from it.
 
 #include <cstdint>
 #include <string>
@@ -17,6 +19,8 @@ class MemoryTracker {
   // Installs the counting allocator for this process (idempotent). Call before creating tensors.
   static void Install();
   static bool installed();
+  // From now on, counts the allocated bytes of GPU `device` instead of CPU tensors.
+  static void TrackCudaDevice(int device);
 
   static int64_t current_bytes();
   static int64_t peak_bytes();

@@ -13,6 +13,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/cuda_support.h"
+
 namespace bitparity {
 namespace {
 
@@ -84,7 +86,7 @@ std::string Env(const char* name) {
 
 }  // namespace
 
-std::map<std::string, std::string> CollectProvenance() {
+std::map<std::string, std::string> CollectProvenance(int cuda_device) {
   std::map<std::string, std::string> p;
   p["git_revision"] = kGitRevision;
   p["libtorch_version"] = TORCH_VERSION;
@@ -103,6 +105,10 @@ std::map<std::string, std::string> CollectProvenance() {
   p["cpu_model"] = CpuInfoField("model name");
   p["cpu_flags"] = CpuFlags();
   p["device"] = "cpu";
+  if (cuda_device >= 0) {
+    p.merge(cuda::Provenance(cuda_device));
+    p["device"] = "cuda";
+  }
   return p;
 }
 

@@ -3,7 +3,8 @@
 
 // Where a trace came from: the source revision and everything about the environment that can
 // change floating-point bits (LibTorch version, BLAS library and its threads, intra-op threads,
-// compiler, CPU features). Recorded as trace attributes "provenance.<key>".
+// compiler, CPU features; GPU and CUDA library versions on GPUs). Recorded as trace attributes
+// "provenance.<key>".
 
 #include <map>
 #include <string>
@@ -12,8 +13,9 @@ namespace bitparity {
 
 extern const char kGitRevision[];
 
-// Provenance of this process, keys without the "provenance." prefix.
-std::map<std::string, std::string> CollectProvenance();
+// Provenance of this process, keys without the "provenance." prefix; with `cuda_device` >= 0
+// also that GPU's and the CUDA libraries' (core/cuda_support.h), and device "cuda".
+std::map<std::string, std::string> CollectProvenance(int cuda_device = -1);
 
 }  // namespace bitparity
 

@@ -37,6 +37,10 @@ const char* ToString(PrecisionRecipe recipe) {
 const char* ToString(Fp8Scaling scaling) {
   return scaling == Fp8Scaling::kCurrent ? "current" : "delayed";
 }
+const char* ToString(Fp8Backend backend) {
+  return backend == Fp8Backend::kEmulated ? "emulated" : "native";
+}
+const char* ToString(DeviceKind device) { return device == DeviceKind::kCpu ? "cpu" : "cuda"; }
 const char* ToString(RecomputeGranularity granularity) {
   return granularity == RecomputeGranularity::kNone ? "none" : "full";
 }
@@ -322,7 +326,10 @@ void ReadPrecision(TableReader& r, PrecisionConfig* precision) {
   precision->fp8_scaling =
       r.Enum<Fp8Scaling>("fp8_scaling", precision->fp8_scaling,
                          {{"current", Fp8Scaling::kCurrent}, {"delayed", Fp8Scaling::kDelayed}});
-  r.RejectUnknown("recipe, fp8_scaling");
+  precision->fp8_backend =
+      r.Enum<Fp8Backend>("fp8_backend", precision->fp8_backend,
+                         {{"emulated", Fp8Backend::kEmulated}, {"native", Fp8Backend::kNative}});
+  r.RejectUnknown("recipe, fp8_scaling, fp8_backend");
 }
 
 void ReadRecompute(TableReader& r, RecomputeConfig* recompute) {
@@ -366,10 +373,12 @@ void ReadModel(TableReader& r, ModelConfig* m) {
 }
 
 void ReadParallel(TableReader& r, ParallelConfig* p) {
+  p->device = r.Enum<DeviceKind>("device", p->device,
+                                 {{"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}});
   p->ep = r.Int("ep", p->ep, 1, 256);
   p->threads = r.Int("threads", p->threads, 1, 256);
   p->timeout_seconds = r.Float("timeout_s", p->timeout_seconds, 1.0, 7 * 24 * 3600.0);
-  r.RejectUnknown("ep, threads, timeout_s");
+  r.RejectUnknown("device, ep, threads, timeout_s");
 }
 
 void ReadTrain(TableReader& r, TrainConfig* t) {
@@ -465,9 +474,33 @@ void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) 
     diag->Add("[model]", "dropout must be 0 when recomputing (" + rc_where +
                              " granularity \"full\"), got " + std::to_string(m.dropout));
   }
-  const bool fp8 = arm.precision.recipe == PrecisionRecipe::kBlockwise ||
-                   arm.precision.recipe == PrecisionRecipe::kMxfp8;
-  const bool delayed = fp8 && arm.precision.fp8_scaling == Fp8Scaling::kDelayed;
+  const bool delayed = arm.precision.fp8() && arm.precision.fp8_scaling == Fp8Scaling::kDelayed;
+  if (arm.precision.native_fp8()) {
+    if (recipe.parallel.device != DeviceKind::kCuda) {
+      diag->Add(precision_where,
+                "fp8_backend \"native\" runs FP8 tensor-core GEMMs and needs [parallel] device = "
+                "\"cuda\"; on the CPU FP8 is emulated: use fp8_backend = \"emulated\"");
+    }
+    if (arm.precision.recipe == PrecisionRecipe::kBlockwise) {
+      // Native blockwise GEMMs take 128x128 weight blocks whole: every dimension of an FP8
+      // weight must be a multiple of 128 (the token dimension is padded instead; the output
+      // head stays in bf16).
+      std::string uneven;
+      for (const auto& [key, value] : std::vector<std::pair<const char*, int64_t>>{
+               {"hidden", m.hidden}, {"ffn", m.ffn}, {"moe_ffn", m.moe_ffn}}) {
+        if (value % 128 != 0) {
+          uneven += std::string(uneven.empty() ? "" : ", ") + key + " = " + std::to_string(value);
+        }
+      }
+      if (!uneven.empty()) {
+        diag->Add(precision_where,
+                  "fp8_backend \"native\" with recipe \"blockwise\" needs [model] hidden, ffn "
+                  "and moe_ffn to be multiples of 128 (the 128x128 weight blocks of the "
+                  "tensor-core GEMM), got " +
+                      uneven + "; use fp8_backend = \"emulated\" for other shapes");
+      }
+    }
+  }
   if (arm.engine == EngineKind::kOverlap) {
     // Megatron's rules for --overlap-moe-expert-parallel-comm.
     if (m.mtp_layers > 1) {

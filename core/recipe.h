@@ -16,6 +16,11 @@ enum class EngineKind { kReference, kOverlap };
 enum class Dispatcher { kAllToAll, kFlex };
 enum class PrecisionRecipe { kFp32, kBf16, kBlockwise, kMxfp8 };
 enum class Fp8Scaling { kCurrent, kDelayed };
+// How FP8 GEMMs run: quantize-dequantize in software with bf16 GEMMs (any device), or FP8
+// tensor-core GEMMs on the quantized operands (cuda, sm_90 for blockwise).
+enum class Fp8Backend { kEmulated, kNative };
+// Where a rank's tensors live and computes run.
+enum class DeviceKind { kCpu, kCuda };
 enum class RecomputeGranularity { kNone, kFull };
 enum class RecomputeMethod { kUniform, kBlock };
 // What a full-recompute replay covers: one layer segment (per recompute_num_layers) or the whole
@@ -27,6 +32,8 @@ const char* ToString(EngineKind engine);
 const char* ToString(Dispatcher dispatcher);
 const char* ToString(PrecisionRecipe recipe);
 const char* ToString(Fp8Scaling scaling);
+const char* ToString(Fp8Backend backend);
+const char* ToString(DeviceKind device);
 const char* ToString(RecomputeGranularity granularity);
 const char* ToString(RecomputeMethod method);
 const char* ToString(RecomputeUnit unit);
@@ -59,9 +66,10 @@ struct ModelConfig {
 };
 
 struct ParallelConfig {
-  int64_t ep = 1;                // expert-parallel size; the world is one EP group for now
-  int64_t threads = 1;           // intra-op threads per rank
-  double timeout_seconds = 300;  // a rank group running longer than this is ended (exit 3)
+  DeviceKind device = DeviceKind::kCpu;  // "cuda": each rank uses the GPU of its LOCAL_RANK
+  int64_t ep = 1;                        // expert-parallel size; the world is one EP group for now
+  int64_t threads = 1;                   // intra-op threads per rank
+  double timeout_seconds = 300;          // a rank group running longer than this is ended (exit 3)
 };
 
 struct DataConfig {
@@ -87,6 +95,12 @@ struct TrainConfig {
 struct PrecisionConfig {
   PrecisionRecipe recipe = PrecisionRecipe::kBf16;
   Fp8Scaling fp8_scaling = Fp8Scaling::kCurrent;
+  Fp8Backend fp8_backend = Fp8Backend::kEmulated;  // used by the FP8 recipes only
+
+  bool fp8() const {
+    return recipe == PrecisionRecipe::kBlockwise || recipe == PrecisionRecipe::kMxfp8;
+  }
+  bool native_fp8() const { return fp8() && fp8_backend == Fp8Backend::kNative; }
 };
 
 struct RecomputeConfig {

@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "core/cuda_support.h"
 #include "core/determinism.h"
 #include "core/digest.h"
 #include "core/provenance.h"
@@ -12,6 +13,8 @@ namespace {
 
 const char* const kFields[] = {"libtorch_version", "blas",     "mkl_cbwr",
                                "cpu_flags",        "compiler", "device"};
+// On GPUs also the GPU model and the libraries whose kernels produce the bits (not the driver).
+const char* const kCudaFields[] = {"gpu_name", "gpu_sm", "cuda_runtime", "cublas", "cudnn", "nccl"};
 
 }  // namespace
 
@@ -21,6 +24,12 @@ Fingerprint MakeFingerprint(const std::map<std::string, std::string>& provenance
   for (const char* field : kFields) {
     auto it = provenance.find(field);
     f.fields[field] = it == provenance.end() ? "unknown" : it->second;
+  }
+  if (f.fields["device"] == "cuda") {
+    for (const char* field : kCudaFields) {
+      auto it = provenance.find(field);
+      f.fields[field] = it == provenance.end() ? "unknown" : it->second;
+    }
   }
   f.fields["threads_per_rank"] = std::to_string(threads_per_rank);
   f.fields["world_size"] = std::to_string(world_size);
@@ -34,8 +43,9 @@ Fingerprint MakeFingerprint(const std::map<std::string, std::string>& provenance
 
 Fingerprint LocalFingerprint(const Recipe& recipe) {
   // The ranks pin their environment before they compute; the fingerprint must see the same.
-  PinEnvironment("cpu");
-  return MakeFingerprint(CollectProvenance(), recipe.parallel.threads, recipe.world_size());
+  PinEnvironment(ToString(recipe.parallel.device));
+  const int gpu = recipe.parallel.device == DeviceKind::kCuda && cuda::DeviceCount() > 0 ? 0 : -1;
+  return MakeFingerprint(CollectProvenance(gpu), recipe.parallel.threads, recipe.world_size());
 }
 
 Fingerprint TraceFingerprint(const Trace& trace) {

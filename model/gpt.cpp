@@ -13,14 +13,16 @@ at::ScalarType ComputeDtype(PrecisionRecipe precision) {
 namespace {
 
 // The output head stays in high precision under FP8 recipes, as upstream.
-PrecisionRecipe HeadPrecision(PrecisionRecipe precision) {
-  return precision == PrecisionRecipe::kFp32 ? PrecisionRecipe::kFp32 : PrecisionRecipe::kBf16;
+PrecisionConfig HeadPrecision(const PrecisionConfig& precision) {
+  PrecisionConfig head = precision;
+  if (precision.fp8()) head.recipe = PrecisionRecipe::kBf16;
+  return head;
 }
 
 }  // namespace
 
 GptModel::GptModel(const ModelConfig& config, const ParallelLayout& layout,
-                   PrecisionRecipe precision, Dispatcher dispatcher, uint64_t seed,
+                   const PrecisionConfig& precision, Dispatcher dispatcher, uint64_t seed,
                    double loss_grad_scale, std::shared_ptr<Communicator> comm)
     : config_(config),
       layout_(layout),
@@ -29,9 +31,10 @@ GptModel::GptModel(const ModelConfig& config, const ParallelLayout& layout,
       seed_(seed),
       loss_grad_scale_(loss_grad_scale),
       comm_(std::move(comm)),
-      store_(ComputeDtype(precision), seed),
+      store_(ComputeDtype(precision.recipe), seed, comm_->device()),
       weights_(BuildGptWeights(config, layout, &store_)),
-      rope_(ops::MakeRopeTables(config.seq_len, config.head_dim(), config.rope_theta)) {}
+      rope_(ops::MakeRopeTables(config.seq_len, config.head_dim(), config.rope_theta,
+                                comm_->device())) {}
 
 uint64_t GptModel::DropoutKey(const ChunkState& state, int64_t layer, int64_t site) const {
   return MixKeys({seed_, 0xD5, static_cast<uint64_t>(state.iteration),
@@ -131,7 +134,7 @@ at::Tensor GptModel::MtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x) co
 
 void GptModel::PostProcess(const at::Tensor& main_hidden, const std::vector<at::Tensor>& mtp_hidden,
                            const ChunkState& state, MicrobatchLosses* losses) const {
-  const PrecisionRecipe head_precision = HeadPrecision(precision_);
+  const PrecisionConfig head_precision = HeadPrecision(precision_);
   at::Tensor lm = ops::MaskedCrossEntropy(ops::Linear(main_hidden, weights_.head, head_precision),
                                           state.labels, state.loss_mask);
   losses->lm_loss = lm.item<float>();

@@ -55,16 +55,18 @@ class GptModel {
  public:
   // `loss_grad_scale` seeds every microbatch's backward (1 / (microbatches x DP size)); the aux
   // loss gradient uses the same scale.
-  GptModel(const ModelConfig& config, const ParallelLayout& layout, PrecisionRecipe precision,
-           Dispatcher dispatcher, uint64_t seed, double loss_grad_scale,
-           std::shared_ptr<Communicator> comm);
+  // Its parameters and computations live on `comm`'s device.
+  GptModel(const ModelConfig& config, const ParallelLayout& layout,
+           const PrecisionConfig& precision, Dispatcher dispatcher, uint64_t seed,
+           double loss_grad_scale, std::shared_ptr<Communicator> comm);
 
   const ModelConfig& config() const { return config_; }
   const ParallelLayout& layout() const { return layout_; }
   ParameterStore& parameters() { return store_; }
   const GptWeights& weights() const { return weights_; }
   Communicator& comm() const { return *comm_; }
-  PrecisionRecipe precision() const { return precision_; }
+  const PrecisionConfig& precision() const { return precision_; }
+  const at::Device& device() const { return store_.device(); }
   Dispatcher dispatcher() const { return dispatcher_; }
   double loss_grad_scale() const { return loss_grad_scale_; }
   at::ScalarType compute_dtype() const { return store_.compute_dtype(); }
@@ -112,7 +114,7 @@ class GptModel {
 
   ModelConfig config_;
   ParallelLayout layout_;
-  PrecisionRecipe precision_;
+  PrecisionConfig precision_;
   Dispatcher dispatcher_;
   uint64_t seed_;
   double loss_grad_scale_;

@@ -12,7 +12,11 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-at::Tensor IndexTensor(const std::vector<int64_t>& values) { return at::tensor(values, at::kLong); }
+// Index tensors are built on the host from routing metadata and placed next to the data they index.
+at::Tensor IndexTensor(const std::vector<int64_t>& values, const at::Device& device) {
+  at::Tensor t = at::tensor(values, at::kLong);
+  return device.is_cpu() ? t : t.to(device);
+}
 
 class AllToAllFunction : public torch::autograd::Function<AllToAllFunction> {
  public:
@@ -39,7 +43,7 @@ std::vector<int64_t> ExchangeCounts(const std::vector<int64_t>& counts, int64_t 
                                     Communicator& comm) {
   const int64_t world = comm.world_size();
   std::vector<int64_t> splits(static_cast<size_t>(world), per_rank);
-  at::Tensor received = comm.AllToAll(IndexTensor(counts), splits, splits);
+  at::Tensor received = comm.AllToAll(IndexTensor(counts, at::kCPU), splits, splits);
   return std::vector<int64_t>(received.data_ptr<int64_t>(),
                               received.data_ptr<int64_t>() + received.numel());
 }
@@ -47,7 +51,7 @@ std::vector<int64_t> ExchangeCounts(const std::vector<int64_t>& counts, int64_t 
 // Applies expert i of `weights` to consecutive row blocks of `rows` with `counts[i]` rows each.
 at::Tensor ApplyExpertsToBlocks(const at::Tensor& rows, const at::Tensor& probs,
                                 const std::vector<int64_t>& counts, const MoeWeights& weights,
-                                PrecisionRecipe precision) {
+                                const PrecisionConfig& precision) {
   std::vector<at::Tensor> outputs;
   int64_t offset = 0;
   for (size_t e = 0; e < weights.local_experts.size(); ++e) {
@@ -72,9 +76,11 @@ RouterResult Route(const at::Tensor& tokens, const at::Tensor& router_weight, in
   auto [values, indices] = at::topk(scores, topk, -1, /*largest=*/true, /*sorted=*/true);
   at::Tensor probs = values / values.sum(-1, /*keepdim=*/true);
 
+  // The per-expert token counts are routing metadata, counted on the host.
   at::Tensor routed = at::zeros({experts}, at::kFloat);
   {
-    auto idx = indices.accessor<int64_t, 2>();
+    at::Tensor host_indices = indices.cpu();
+    auto idx = host_indices.accessor<int64_t, 2>();
     float* counts = routed.data_ptr<float>();
     for (int64_t t = 0; t < num_tokens; ++t) {
       for (int64_t j = 0; j < topk; ++j) counts[idx[t][j]] += 1.0f;
@@ -82,7 +88,7 @@ RouterResult Route(const at::Tensor& tokens, const at::Tensor& router_weight, in
   }
   const double factor = static_cast<double>(experts) * aux_loss_coeff /
                         (static_cast<double>(topk) * num_tokens * num_tokens);
-  at::Tensor aux = (scores.sum(0) * routed).sum() * factor;
+  at::Tensor aux = (scores.sum(0) * routed.to(scores.device())).sum() * factor;
   if (attach_aux_scaler && aux_loss_coeff > 0 && torch::GradMode::is_enabled()) {
     probs = ops::AttachAuxLoss(probs, aux, aux_grad_scale);
   }
@@ -101,7 +107,9 @@ DispatchPayload PermuteTokens(const at::Tensor& hidden, const RouterResult& rout
   const int64_t E = layout.experts;
   const int64_t ep = layout.ep_size;
   const int64_t local = layout.experts_per_rank;
-  auto idx = routing.topk_experts.accessor<int64_t, 2>();
+  const at::Device device = hidden.device();
+  at::Tensor host_experts = routing.topk_experts.cpu();
+  auto idx = host_experts.accessor<int64_t, 2>();
   DispatchPayload payload;
 
   if (dispatcher == Dispatcher::kAllToAll) {
@@ -120,7 +128,7 @@ DispatchPayload PermuteTokens(const at::Tensor& hidden, const RouterResult& rout
         source[pos] = t;
       }
     }
-    plan->source_token = IndexTensor(source);
+    plan->source_token = IndexTensor(source, device);
     for (int64_t r = 0; r < ep; ++r) {
       plan->send_splits.push_back(std::accumulate(
           per_expert.begin() + r * local, per_expert.begin() + (r + 1) * local, int64_t{0}));
@@ -131,7 +139,7 @@ DispatchPayload PermuteTokens(const at::Tensor& hidden, const RouterResult& rout
       plan->recv_splits.push_back(std::accumulate(first, first + local, int64_t{0}));
     }
     payload.tokens = hidden.index_select(0, plan->source_token);
-    payload.probs = routing.topk_probs.reshape({-1}).index_select(0, IndexTensor(order));
+    payload.probs = routing.topk_probs.reshape({-1}).index_select(0, IndexTensor(order, device));
   } else {
     // One row per (destination rank, token), rank-major then token order.
     std::vector<int64_t> source, slot;
@@ -157,24 +165,25 @@ DispatchPayload PermuteTokens(const at::Tensor& hidden, const RouterResult& rout
       }
       plan->send_splits.push_back(rows);
     }
-    plan->source_token = IndexTensor(source);
+    plan->source_token = IndexTensor(source, device);
     plan->recv_splits = ExchangeCounts(plan->send_splits, 1, comm);
     // Dense per-expert probabilities of each token, regrouped per (token, rank).
     at::Tensor dense = at::zeros({T, E}, routing.topk_probs.options())
                            .scatter(1, routing.topk_experts, routing.topk_probs);
     payload.tokens = hidden.index_select(0, plan->source_token);
-    payload.probs = dense.reshape({T * ep, local}).index_select(0, IndexTensor(slot));
+    payload.probs = dense.reshape({T * ep, local}).index_select(0, IndexTensor(slot, device));
     payload.route_mask =
         at::from_blob(mask.data(), {static_cast<int64_t>(source.size()), local}, at::kByte)
-            .to(at::kBool);
+            .to(at::TensorOptions().dtype(at::kBool).device(device));
   }
   *plan_out = plan;
   return payload;
 }
 
 at::Tensor RunExperts(const DispatchPayload& received, const RoutingPlan& plan,
-                      const MoeWeights& weights, PrecisionRecipe precision) {
+                      const MoeWeights& weights, const PrecisionConfig& precision) {
   const int64_t local = plan.experts_per_rank;
+  const at::Device device = received.tokens.device();
   const int64_t ep = static_cast<int64_t>(plan.recv_splits.size());
   if (plan.dispatcher == Dispatcher::kAllToAll) {
     // Regroup the received (rank, expert) blocks expert-major: (expert, rank).
@@ -192,15 +201,15 @@ at::Tensor RunExperts(const DispatchPayload& received, const RoutingPlan& plan,
     std::vector<int64_t> inverse(order.size());
     for (size_t i = 0; i < order.size(); ++i)
       inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
-    at::Tensor order_t = IndexTensor(order);
+    at::Tensor order_t = IndexTensor(order, device);
     at::Tensor sorted = ApplyExpertsToBlocks(received.tokens.index_select(0, order_t),
                                              received.probs.index_select(0, order_t), per_expert,
                                              weights, precision);
-    return sorted.index_select(0, IndexTensor(inverse));
+    return sorted.index_select(0, IndexTensor(inverse, device));
   }
   // flex: expand each received row to its local experts, expert-major, then sum per row.
   const int64_t rows = received.tokens.size(0);
-  at::Tensor mask = received.route_mask.contiguous();
+  at::Tensor mask = received.route_mask.cpu().contiguous();
   const bool* m = mask.data_ptr<bool>();
   std::vector<int64_t> expanded_rows, prob_index, per_expert(static_cast<size_t>(local), 0);
   for (int64_t e = 0; e < local; ++e) {
@@ -211,11 +220,11 @@ at::Tensor RunExperts(const DispatchPayload& received, const RoutingPlan& plan,
       ++per_expert[static_cast<size_t>(e)];
     }
   }
-  at::Tensor rows_t = IndexTensor(expanded_rows);
-  at::Tensor out =
-      ApplyExpertsToBlocks(received.tokens.index_select(0, rows_t),
-                           received.probs.reshape({-1}).index_select(0, IndexTensor(prob_index)),
-                           per_expert, weights, precision);
+  at::Tensor rows_t = IndexTensor(expanded_rows, device);
+  at::Tensor out = ApplyExpertsToBlocks(
+      received.tokens.index_select(0, rows_t),
+      received.probs.reshape({-1}).index_select(0, IndexTensor(prob_index, device)), per_expert,
+      weights, precision);
   return at::zeros({rows, received.tokens.size(1)}, out.options()).index_add(0, rows_t, out);
 }
 

@@ -64,7 +64,7 @@ DispatchPayload PermuteTokens(const at::Tensor& hidden, const RouterResult& rout
 // Runs this rank's experts on the received rows and returns one output row per received row,
 // in received order (flex: already summed over the row's local experts).
 at::Tensor RunExperts(const DispatchPayload& received, const RoutingPlan& plan,
-                      const MoeWeights& weights, PrecisionRecipe precision);
+                      const MoeWeights& weights, const PrecisionConfig& precision);
 
 // Sums the returned rows back onto their tokens: [T, h].
 at::Tensor UnpermuteTokens(const at::Tensor& rows, const RoutingPlan& plan);

@@ -1,5 +1,6 @@
 #include "model/ops.h"
 
+#include <ATen/BlasBackend.h>
 #include <torch/torch.h>
 
 #include <atomic>
@@ -7,7 +8,10 @@
 #include <limits>
 #include <stdexcept>
 
+#include "core/cuda_support.h"
+#include "core/errors.h"
 #include "core/fp8.h"
+#include "core/fp8_tensor.h"
 
 namespace bitparity {
 namespace ops {
@@ -47,48 +51,99 @@ class AuxLossScaler : public torch::autograd::Function<AuxLossScaler> {
                             const at::Tensor& aux_loss, double grad_scale) {
     ctx->saved_data["grad_scale"] = grad_scale;
     ctx->saved_data["aux_dtype"] = static_cast<int64_t>(aux_loss.scalar_type());
+    ctx->saved_data["aux_device"] = aux_loss.device();
     return probs;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     double scale = ctx->saved_data["grad_scale"].toDouble();
     auto dtype = static_cast<at::ScalarType>(ctx->saved_data["aux_dtype"].toInt());
-    return {grads[0], at::full({}, scale, at::TensorOptions().dtype(dtype)), at::Tensor()};
+    const at::Device device = ctx->saved_data["aux_device"].toDevice();
+    return {grads[0], at::full({}, scale, at::TensorOptions().dtype(dtype).device(device)),
+            at::Tensor()};
   }
 };
 
 // Every element replaced by the value its FP8 code stands for, with blocks of
-// block_rows x block_cols along a [rows, cols] matrix; returned in bf16 (exact there).
+// block_rows x block_cols along a [rows, cols] matrix; returned in bf16 (exact there). On the
+// CPU the software emulation of core/fp8.h; elsewhere the tensor quantizer of core/fp8_tensor.h,
+// which gives the same bits (tests/core/fp8_oracle_test.cpp).
 at::Tensor Fp8RoundTrip(const at::Tensor& matrix, int64_t block_rows, int64_t block_cols,
                         fp8::Scaling scaling) {
+  if (!matrix.is_cpu()) {
+    return fp8::Dequantize(fp8::QuantizeBlocks(matrix, block_rows, block_cols, scaling))
+        .to(at::kBFloat16);
+  }
   at::Tensor values = matrix.to(at::kFloat).contiguous().clone();
   fp8::QuantizeDequantize(values.data_ptr<float>(), values.size(0), values.size(1), block_rows,
                           block_cols, scaling);
   return values.to(at::kBFloat16);
 }
 
-// The emulated FP8 GEMM of a linear layer: each GEMM (forward, dgrad, wgrad) quantizes both
-// operands from the high-precision tensors, in blocks along its reduction dimension, and
-// multiplies the dequantized values in bf16 with fp32 accumulation.
+// a @ b^T on FP8 tensor cores (sm_90, cuBLASLt's blockwise scaling), bf16 out with fp32
+// accumulation: `a` [m, k] quantized in 1 x 128 tiles along k, `b` [n, k] in 128 x 128 blocks or
+// 1 x 128 tiles along k; k a multiple of 128 (callers pad), n a multiple of 16.
+at::Tensor NativeBlockwiseGemm(const fp8::QuantizedMatrix& a, const fp8::QuantizedMatrix& b) {
+  using ScalingType = at::blas::ScalingType;
+  const int64_t m = a.codes.size(0), n = b.codes.size(0), k = a.codes.size(1);
+  if (m == 0 || n == 0 || k == 0) {  // an expert without tokens
+    return at::zeros({m, n}, a.codes.options().dtype(at::kBFloat16));
+  }
+  const int64_t k_blocks = k / 128, k_blocks_padded = (k_blocks + 3) / 4 * 4;
+  // cuBLASLt wants row-major a, column-major b, and scales that run along m (a) and along the
+  // reduction blocks (b), the latter padded to a multiple of 4.
+  at::Tensor a_scales = a.scales.t().contiguous().t();  // [m, k / 128], strides (1, m)
+  at::Tensor b_scales;
+  int64_t b_recipe;
+  if (b.block_rows == 128) {
+    b_scales = at::constant_pad_nd(b.scales, {0, k_blocks_padded - k_blocks}, 0.0)
+                   .contiguous()
+                   .t();  // [round_up(k / 128, 4), n / 128], strides (1, round_up(k / 128, 4))
+    b_recipe = static_cast<int64_t>(ScalingType::BlockWise128x128);
+  } else {
+    b_scales = b.scales.t().contiguous().t();  // [n, k / 128], strides (1, n)
+    b_recipe = static_cast<int64_t>(ScalingType::BlockWise1x128);
+  }
+  const int64_t a_recipe = static_cast<int64_t>(ScalingType::BlockWise1x128);
+  return at::_scaled_mm_v2(a.codes.contiguous(), b.codes.contiguous().t(), {a_scales}, {a_recipe},
+                           {}, {b_scales}, {b_recipe}, {}, std::nullopt, at::kBFloat16, {},
+                           /*use_fast_accum=*/false);
+}
+
+// [rows, cols] with zero columns appended up to a multiple of 128 (quantization blocks along the
+// columns keep their amax, so their codes do not change; the zeros add nothing to a GEMM).
+at::Tensor PadColumnsTo128(const at::Tensor& t) {
+  const int64_t pad = (128 - t.size(1) % 128) % 128;
+  return pad == 0 ? t : at::constant_pad_nd(t, {0, pad}, 0.0);
+}
+
+// The FP8 GEMMs of a linear layer: each GEMM (forward, dgrad, wgrad) quantizes both operands
+// from the high-precision tensors, in blocks along its reduction dimension.
 //   blockwise: activations and gradients in 1 x 128 tiles, weights in 128 x 128 blocks.
 //   mxfp8:     every operand in 1 x 32 blocks along the reduction dimension.
+// Emulated, the dequantized values are multiplied in bf16 with fp32 accumulation; native
+// (blockwise only), the same codes and scales go to the tensor cores.
 class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            int64_t recipe) {
+                            int64_t recipe, bool native) {
     const auto precision = static_cast<PrecisionRecipe>(recipe);
     const int64_t k = x.size(-1);
     at::Tensor x2 = x.reshape({-1, k});
     at::Tensor y;
-    if (precision == PrecisionRecipe::kBlockwise) {
-      y = at::mm(Fp8RoundTrip(x2, 1, 128, fp8::Scaling::kBlockwise),
-                 Fp8RoundTrip(weight, 128, 128, fp8::Scaling::kBlockwise).t());
+    const auto s =
+        precision == PrecisionRecipe::kBlockwise ? fp8::Scaling::kBlockwise : fp8::Scaling::kMx;
+    if (native) {
+      y = NativeBlockwiseGemm(fp8::QuantizeBlocks(x2, 1, 128, s),
+                              fp8::QuantizeBlocks(weight, 128, 128, s));
+    } else if (precision == PrecisionRecipe::kBlockwise) {
+      y = at::mm(Fp8RoundTrip(x2, 1, 128, s), Fp8RoundTrip(weight, 128, 128, s).t());
     } else {
-      y = at::mm(Fp8RoundTrip(x2, 1, 32, fp8::Scaling::kMx),
-                 Fp8RoundTrip(weight, 1, 32, fp8::Scaling::kMx).t());
+      y = at::mm(Fp8RoundTrip(x2, 1, 32, s), Fp8RoundTrip(weight, 1, 32, s).t());
     }
     ctx->save_for_backward({x2, weight});
     ctx->saved_data["recipe"] = recipe;
+    ctx->saved_data["native"] = native;
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = weight.size(0);
     return y.view(shape);
@@ -99,10 +154,18 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     const at::Tensor& x2 = saved[0];
     const at::Tensor& weight = saved[1];
     const auto precision = static_cast<PrecisionRecipe>(ctx->saved_data["recipe"].toInt());
+    const bool native = ctx->saved_data["native"].toBool();
     const int64_t n = weight.size(0);
     at::Tensor g = grads[0].to(at::kBFloat16).reshape({-1, n}).contiguous();
     at::Tensor dx, dw;
-    if (precision == PrecisionRecipe::kBlockwise) {
+    if (native) {
+      // dgrad reduces over the output features; wgrad over the tokens (padded to 128).
+      const auto s = fp8::Scaling::kBlockwise;
+      dx = NativeBlockwiseGemm(fp8::QuantizeBlocks(g, 1, 128, s),
+                               fp8::QuantizeBlocks(weight.t(), 128, 128, s));
+      dw = NativeBlockwiseGemm(fp8::QuantizeBlocks(PadColumnsTo128(g.t()), 1, 128, s),
+                               fp8::QuantizeBlocks(PadColumnsTo128(x2.t()), 1, 128, s));
+    } else if (precision == PrecisionRecipe::kBlockwise) {
       const auto s = fp8::Scaling::kBlockwise;
       // dgrad reduces over the output features; wgrad over the tokens.
       dx = at::mm(Fp8RoundTrip(g, 1, 128, s), Fp8RoundTrip(weight, 128, 128, s));
@@ -114,7 +177,8 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     }
     std::vector<int64_t> shape = grads[0].sizes().vec();
     shape.back() = weight.size(1);
-    return {dx.view(shape).to(grads[0].scalar_type()), dw.to(weight.scalar_type()), at::Tensor()};
+    return {dx.view(shape).to(grads[0].scalar_type()), dw.to(weight.scalar_type()), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -142,19 +206,53 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 void SetCompositeRmsNormForTesting(bool composite) { g_composite_rms_norm.store(composite); }
 
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, PrecisionRecipe precision) {
-  switch (precision) {
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const PrecisionConfig& precision) {
+  switch (precision.recipe) {
     case PrecisionRecipe::kFp32:
     case PrecisionRecipe::kBf16:
       return at::linear(x, weight);
     case PrecisionRecipe::kBlockwise:
     case PrecisionRecipe::kMxfp8:
-      return Fp8LinearFunction::apply(x, weight, static_cast<int64_t>(precision));
+      return Fp8LinearFunction::apply(x, weight, static_cast<int64_t>(precision.recipe),
+                                      precision.native_fp8());
   }
   throw std::logic_error("Linear: unknown precision recipe");
 }
 
-RopeTables MakeRopeTables(int64_t seq_len, int64_t head_dim, double theta) {
+void CheckNativeFp8Support(const PrecisionConfig& precision, const at::Device& device,
+                           const std::string& where) {
+  if (!precision.native_fp8()) return;
+  const std::string prefix =
+      where + " fp8_backend \"native\" with recipe \"" + ToString(precision.recipe) + "\" ";
+  const std::string way_out = "; use fp8_backend = \"emulated\" to run it here";
+  if (!device.is_cuda()) {
+    throw InputError(prefix + "needs a GPU, and this rank runs on " + device.str() + way_out);
+  }
+  const cuda::DeviceInfo gpu = cuda::Info(device.index());
+  const std::string this_gpu =
+      gpu.name + " (sm_" + std::to_string(gpu.sm_major) + std::to_string(gpu.sm_minor) + ")";
+  if (precision.recipe == PrecisionRecipe::kBlockwise && gpu.sm_major != 9) {
+    throw InputError(prefix +
+                     "needs an sm_90 GPU (Hopper: cuBLASLt's 1x128 / 128x128 blockwise FP8 "
+                     "scaling), this is " +
+                     this_gpu + way_out);
+  }
+  if (precision.recipe == PrecisionRecipe::kMxfp8) {
+    if (gpu.sm_major < 10) {
+      throw InputError(prefix +
+                       "needs an sm_100 GPU (Blackwell: MX block scaling in the tensor "
+                       "cores), this is " +
+                       this_gpu + way_out);
+    }
+    throw InputError(prefix +
+                     "is not part of this build: native MX GEMMs have not been "
+                     "validated on " +
+                     this_gpu + " against the emulation" + way_out);
+  }
+}
+
+RopeTables MakeRopeTables(int64_t seq_len, int64_t head_dim, double theta,
+                          const at::Device& device) {
   const int64_t half = head_dim / 2;
   at::Tensor cos = at::empty({seq_len, half}, at::kFloat);
   at::Tensor sin = at::empty({seq_len, half}, at::kFloat);
@@ -168,12 +266,12 @@ RopeTables MakeRopeTables(int64_t seq_len, int64_t head_dim, double theta) {
       s[p][i] = static_cast<float>(std::sin(angle));
     }
   }
-  return {cos, sin};
+  return {cos.to(device), sin.to(device)};
 }
 
 at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight,
                                const at::Tensor& proj_weight, int64_t heads, const RopeTables& rope,
-                               PrecisionRecipe precision) {
+                               const PrecisionConfig& precision) {
   const int64_t b = x.size(0), s = x.size(1), h = x.size(2), d = h / heads;
   at::Tensor qkv = Linear(x, qkv_weight, precision).view({b, s, 3, heads, d});
   std::vector<at::Tensor> parts = qkv.permute({2, 0, 3, 1, 4}).unbind(0);
@@ -183,7 +281,7 @@ at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight
   // they overwrite, and the [b, heads, s, s] temporaries are the largest of a layer.
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).to(at::kFloat);
   scores.mul_(1.0 / std::sqrt(static_cast<double>(d)));
-  at::Tensor causal = at::ones({s, s}, at::kBool).triu(1);
+  at::Tensor causal = at::ones({s, s}, scores.options().dtype(at::kBool)).triu(1);
   scores.masked_fill_(causal, -std::numeric_limits<float>::infinity());
   at::Tensor probs;
   if (torch::GradMode::is_enabled()) {
@@ -200,7 +298,7 @@ at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight
 }
 
 at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& fc1, const at::Tensor& fc2,
-                  const at::Tensor& probs, PrecisionRecipe precision) {
+                  const at::Tensor& probs, const PrecisionConfig& precision) {
   std::vector<at::Tensor> gate_up = Linear(x, fc1, precision).chunk(2, -1);
   at::Tensor act = at::silu(gate_up[0]) * gate_up[1];
   if (probs.defined()) {
@@ -212,8 +310,8 @@ at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& fc1, const at::Tensor& 
 at::Tensor Dropout(const at::Tensor& x, double p, uint64_t key) {
   if (p == 0.0) return x;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(key);
-  at::Tensor keep = at::full(x.sizes(), 1.0 - p, x.options().dtype(at::kFloat));
-  at::Tensor mask = at::bernoulli(keep, gen).to(x.scalar_type());
+  at::Tensor keep = at::full(x.sizes(), 1.0 - p, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor mask = at::bernoulli(keep, gen).to(x.options());
   return x * mask * (1.0 / (1.0 - p));
 }
 

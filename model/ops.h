@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <string>
 
 #include "core/recipe.h"
 
@@ -25,28 +26,39 @@ void SetCompositeRmsNormForTesting(bool composite);
 
 // x @ weight^T. The precision seam: every GEMM of a linear layer goes through here, so FP8
 // recipes can quantize the operands of the forward, dgrad and wgrad GEMMs in one place.
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, PrecisionRecipe precision);
+// FP8 GEMMs are emulated (quantize-dequantize, bf16 GEMM) or, with fp8_backend "native" on a
+// GPU, FP8 tensor-core GEMMs on the same quantized operands.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const PrecisionConfig& precision);
+
+// Native FP8 GEMMs exist for the blockwise recipe on sm_90 (cuBLASLt's 1x128 / 128x128
+// scaling); InputError naming `where` (the recipe table) and the way out otherwise. Nothing to
+// check for emulated or non-FP8 precision.
+void CheckNativeFp8Support(const PrecisionConfig& precision, const at::Device& device,
+                           const std::string& where);
 
 // Rotary position tables for one sequence length: cos and sin of shape [seq, head_dim / 2].
 struct RopeTables {
   at::Tensor cos;
   at::Tensor sin;
 };
-RopeTables MakeRopeTables(int64_t seq_len, int64_t head_dim, double theta);
+// Computed on the CPU (the same bits everywhere) and placed on `device`.
+RopeTables MakeRopeTables(int64_t seq_len, int64_t head_dim, double theta,
+                          const at::Device& device = at::kCPU);
 
 // Causal multi-head self-attention with rotary positions and an unfused softmax in fp32.
 // x: [b, s, h] already normalized; returns [b, s, h] before the output projection's residual.
 at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight,
                                const at::Tensor& proj_weight, int64_t heads, const RopeTables& rope,
-                               PrecisionRecipe precision);
+                               const PrecisionConfig& precision);
 
 // fc2(silu(gate) * up) with [gate; up] = fc1(x). When `probs` is defined (one per row), the
 // SwiGLU output is scaled by it in fp32 before fc2, as Megatron's weighted experts do.
 at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& fc1, const at::Tensor& fc2,
-                  const at::Tensor& probs, PrecisionRecipe precision);
+                  const at::Tensor& probs, const PrecisionConfig& precision);
 
 // Inverted dropout whose mask depends only on `key` (never on call order), so replays and
-// interleaved microbatches draw identical masks. Identity when p == 0.
+// interleaved microbatches draw identical masks; drawn on the CPU, so every device draws the same
+// mask. Identity when p == 0.
 at::Tensor Dropout(const at::Tensor& x, double p, uint64_t key);
 
 // Mean cross-entropy over the tokens where `mask` is 1, in fp32. logits: [b, s, vocab].

@@ -13,7 +13,7 @@ at::Tensor ParameterStore::Register(const std::string& name, at::Tensor master, 
   Parameter p;
   p.name = name;
   p.is_expert = is_expert;
-  p.master = std::move(master);
+  p.master = master.to(device_);
   if (keep_fp32 || compute_dtype_ == at::kFloat) {
     p.weight = p.master;
   } else {

@@ -28,8 +28,10 @@ struct Parameter {
 
 class ParameterStore {
  public:
-  ParameterStore(at::ScalarType compute_dtype, uint64_t seed)
-      : compute_dtype_(compute_dtype), seed_(seed) {}
+  // Parameters live on `device`; their initial values are drawn on the CPU (so they are the same
+  // bits on every device) and copied there.
+  ParameterStore(at::ScalarType compute_dtype, uint64_t seed, at::Device device = at::kCPU)
+      : compute_dtype_(compute_dtype), seed_(seed), device_(device) {}
   ParameterStore(const ParameterStore&) = delete;
   ParameterStore& operator=(const ParameterStore&) = delete;
 
@@ -43,6 +45,7 @@ class ParameterStore {
   std::vector<Parameter>& all() { return params_; }
   const std::vector<Parameter>& all() const { return params_; }
   at::ScalarType compute_dtype() const { return compute_dtype_; }
+  const at::Device& device() const { return device_; }
 
   // Sets every main grad to zero (start of an iteration).
   void ZeroMainGrads();
@@ -57,6 +60,7 @@ class ParameterStore {
 
   at::ScalarType compute_dtype_;
   uint64_t seed_;
+  at::Device device_;
   std::vector<Parameter> params_;
 };
 

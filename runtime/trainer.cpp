@@ -17,7 +17,7 @@ namespace bitparity {
 namespace {
 
 uint64_t TensorDigest(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
+  at::Tensor c = t.cpu().contiguous();
   return Digest(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
 }
 
@@ -46,7 +46,8 @@ Trainer::Trainer(const Recipe& recipe, const ArmConfig& arm, const ParallelLayou
   config.dispatcher = arm.dispatcher;
   const double loss_grad_scale =
       1.0 / static_cast<double>(recipe.microbatches_per_rank() * layout.dp_size);
-  model_ = std::make_unique<GptModel>(config, layout, arm.precision.recipe, arm.dispatcher,
+  ops::CheckNativeFp8Support(arm.precision, comm_->device(), arm.precision_table);
+  model_ = std::make_unique<GptModel>(config, layout, arm.precision, arm.dispatcher,
                                       recipe.train.seed, loss_grad_scale, comm_);
   model_->set_aux_loss_in_objective(bugs.aux_loss_in_objective);
   ops::SetCompositeRmsNormForTesting(bugs.composite_rms_norm);
@@ -88,9 +89,10 @@ std::vector<ChunkState> Trainer::MakeMicrobatches(int64_t iteration) const {
     ChunkState state;
     state.iteration = iteration;
     state.microbatch = m;
-    state.input_ids = ids;
-    state.labels = labels;
-    state.loss_mask = at::ones({b, s}, at::kFloat);
+    const at::Device& device = model_->device();
+    state.input_ids = ids.to(device);
+    state.labels = labels.to(device);
+    state.loss_mask = at::ones({b, s}, at::TensorOptions().dtype(at::kFloat).device(device));
     microbatches.push_back(std::move(state));
   }
   return microbatches;
@@ -137,11 +139,13 @@ void Trainer::ApplyPerturbation(int64_t iteration) {
                        " is out of range for " + p.name + " (" +
                        std::to_string(p.main_grad.numel()) + " elements)");
     }
-    float* value = p.main_grad.data_ptr<float>() + perturbation_.element;
+    at::Tensor host = p.main_grad.cpu().contiguous();
+    float* value = host.data_ptr<float>() + perturbation_.element;
     const float toward = perturbation_.ulps >= 0 ? std::numeric_limits<float>::infinity()
                                                  : -std::numeric_limits<float>::infinity();
     for (int64_t i = 0; i < std::abs(perturbation_.ulps); ++i)
       *value = std::nextafter(*value, toward);
+    p.main_grad.copy_(host.view(p.main_grad.sizes()));
     return;
   }
   throw InputError("perturbation: rank " + std::to_string(layout_.rank) +
@@ -171,13 +175,14 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   record.comm_count = comm_->stats().count;
   auto record_start = std::chrono::steady_clock::now();
   for (const Parameter& p : params.all()) {
-    record.grad_digests.push_back(TensorDigest(p.main_grad));
+    at::Tensor grad = p.main_grad.cpu().contiguous();
+    record.grad_digests.push_back(TensorDigest(grad));
     if (dumps) {
       TensorDump dump;
       dump.name = p.name;
-      dump.shape = p.main_grad.sizes().vec();
-      const float* data = p.main_grad.data_ptr<float>();
-      dump.values.assign(data, data + p.main_grad.numel());
+      dump.shape = grad.sizes().vec();
+      const float* data = grad.data_ptr<float>();
+      dump.values.assign(data, data + grad.numel());
       dumps->push_back(std::move(dump));
     }
   }

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "core/cuda_support.h"
 #include "core/determinism.h"
 #include "core/errors.h"
 #include "core/memory.h"
@@ -70,14 +71,20 @@ int Run(const std::string& recipe_path, const std::string& arm_name, const std::
   std::fflush(stdout);
   MaybeInjectFault(fault, context.rank, 0);
 
+  // The environment MKL, cuBLAS and NCCL read at their first use, before anything computes.
+  const DeviceKind device = recipe.parallel.device;
+  PinEnvironment(ToString(device));
   MemoryTracker::Install();
   MemoryTimeline::Enable(memory_timeline);
   ConfigureDeterminism(recipe.parallel.threads);
+  if (device == DeviceKind::kCuda && cuda::Compiled()) cuda::ConfigureDeterminism();
   // Collectives give up a little before the launcher's deadline, so that a rank stuck waiting for
   // a hung peer exits on its own and the launcher can tell the hung rank from its victims.
   const auto timeout = std::chrono::milliseconds(
       std::max<int64_t>(1000, static_cast<int64_t>(recipe.parallel.timeout_seconds * 600.0)));
-  std::shared_ptr<Communicator> comm = Communicator::Connect(context, timeout);
+  std::shared_ptr<Communicator> comm = Communicator::Connect(context, device, timeout);
+  const int gpu = comm->device().is_cuda() ? comm->device().index() : -1;
+  if (gpu >= 0) MemoryTracker::TrackCudaDevice(gpu);
 
   InjectedBugs bugs = InjectedBugs::Parse(EnvOrEmpty("BITPARITY_INJECT_BUG"));
   Trainer trainer(recipe, arm, layout, comm, bugs);
@@ -104,7 +111,9 @@ int Run(const std::string& recipe_path, const std::string& arm_name, const std::
   rank.attributes.insert(model_attributes.begin(), model_attributes.end());
   rank.attributes["pid"] = std::to_string(::getpid());
   rank.attributes["rank_source"] = context.source;
-  for (const auto& [key, value] : CollectProvenance()) rank.attributes["provenance." + key] = value;
+  for (const auto& [key, value] : CollectProvenance(gpu)) {
+    rank.attributes["provenance." + key] = value;
+  }
 
   const int64_t iterations =
       stop_after > 0 ? std::min(stop_after, recipe.train.iterations) : recipe.train.iterations;
@@ -139,6 +148,8 @@ int Run(const std::string& recipe_path, const std::string& arm_name, const std::
   trace.attributes["recompute"] = RecomputeSummary(arm.recompute);
   trace.attributes["world_size"] = std::to_string(layout.world_size);
   trace.attributes["threads_per_rank"] = std::to_string(recipe.parallel.threads);
+  trace.attributes["device"] = ToString(device);
+  trace.attributes["comm_transport"] = comm->transport_description();
   trace.attributes["created_utc"] = UtcNow();
   std::string warnings;
   for (const std::string& w : trainer.warnings()) warnings += (warnings.empty() ? "" : "\n") + w;

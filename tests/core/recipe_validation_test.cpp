@@ -127,6 +127,22 @@ std::vector<BadRecipe> BadRecipes() {
        "recipes use current scaling"},
       {"threads_zero", Replace(v, "ep = 2", "ep = 2\nthreads = 0"),
        "[parallel] threads must be an integer in [1, 256], got 0"},
+      {"unknown_device", Replace(v, "ep = 2", "ep = 2\ndevice = \"tpu\""),
+       "[parallel] device must be one of"},
+      {"native_fp8_on_cpu",
+       Replace(v, "recipe = \"bf16\"", "recipe = \"blockwise\"\nfp8_backend = \"native\""),
+       "[precision] (arm 'reference') fp8_backend \"native\" runs FP8 tensor-core GEMMs and needs "
+       "[parallel] device = \"cuda\"; on the CPU FP8 is emulated: use fp8_backend = "
+       "\"emulated\""},
+      {"native_blockwise_shapes",
+       Replace(Replace(v, "recipe = \"bf16\"", "recipe = \"blockwise\"\nfp8_backend = \"native\""),
+               "ep = 2", "ep = 2\ndevice = \"cuda\""),
+       "fp8_backend \"native\" with recipe \"blockwise\" needs [model] hidden, ffn and moe_ffn "
+       "to be multiples of 128 (the 128x128 weight blocks of the tensor-core GEMM), got hidden = "
+       "32, ffn = 64, moe_ffn = 32"},
+      {"unknown_fp8_backend",
+       Replace(v, "recipe = \"bf16\"", "recipe = \"mxfp8\"\nfp8_backend = \"tensorcore\""),
+       "[precision] fp8_backend must be one of"},
   };
 }
 

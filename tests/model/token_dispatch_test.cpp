@@ -18,6 +18,12 @@
 namespace bitparity {
 namespace {
 
+PrecisionConfig Fp32() {
+  PrecisionConfig precision;
+  precision.recipe = PrecisionRecipe::kFp32;
+  return precision;
+}
+
 constexpr int64_t kTokens = 6;
 constexpr int64_t kHidden = 8;
 constexpr int64_t kFfn = 12;
@@ -79,7 +85,7 @@ RankResult RunRank(const RoutingCase& c, Dispatcher dispatcher, int64_t rank, Co
   if (sent.route_mask.defined()) {
     received.route_mask = comm.AllToAll(sent.route_mask, plan->send_splits, plan->recv_splits);
   }
-  at::Tensor rows = RunExperts(received, *plan, weights, PrecisionRecipe::kFp32);
+  at::Tensor rows = RunExperts(received, *plan, weights, Fp32());
   at::Tensor back = AllToAllWithGrad(rows, &comm, plan->recv_splits, plan->send_splits);
   at::Tensor out = UnpermuteTokens(back, *plan);
   torch::autograd::backward({(out * upstream).sum()});
@@ -98,8 +104,7 @@ RankResult RunRank(const RoutingCase& c, Dispatcher dispatcher, int64_t rank, Co
     for (int64_t j = 0; j < c.topk; ++j) {
       const ExpertWeights& w = all[c.expert(rank, t, j)];
       sum = sum + ops::SwiGlu(xr.narrow(0, t, 1), w.fc1.detach(), w.fc2.detach(),
-                              pr.narrow(0, t, 1).narrow(1, j, 1).reshape({1}),
-                              PrecisionRecipe::kFp32);
+                              pr.narrow(0, t, 1).narrow(1, j, 1).reshape({1}), Fp32());
     }
     token_outputs.push_back(sum);
   }

@@ -7,10 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <boost/process.hpp>
-#include <boost/process/extend.hpp>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -20,21 +19,13 @@
 
 #include "core/errors.h"
 #include "core/trace.h"
+#include "harness/process.h"
 
 namespace bitparity {
 namespace {
 
-namespace bp = boost::process;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// Ends a rank if the launcher itself dies, so that no rank outlives its launcher.
-struct DieWithParent : bp::extend::handler {
-  template <typename Executor>
-  void on_exec_setup(Executor&) const {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  }
-};
 
 int FreeLoopbackPort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -222,33 +213,38 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
   } cleanup{parts};
 
   const int port = world > 1 ? FreeLoopbackPort() : 0;
-  bp::group group;
-  std::vector<bp::child> children;
+  // Every rank in one process group (led by rank 0), ended with SIGKILL if the launcher dies.
+  pid_t group = 0;
+  std::vector<ChildProcess> children;
   std::vector<std::string> logs;
   for (int64_t r = 0; r < world; ++r) {
     logs.push_back((fs::path(options.log_dir) / ("rank_" + std::to_string(r) + ".log")).string());
     // The child opens (and truncates) its log after fork: remove an old one first so that the
     // progress follower never reads a previous run's lines.
     fs::remove(logs.back(), ec);
-    bp::environment env = boost::this_process::environment();
-    env["RANK"] = std::to_string(r);
-    env["WORLD_SIZE"] = std::to_string(world);
-    env["LOCAL_RANK"] = std::to_string(r);
-    env["MASTER_ADDR"] = "127.0.0.1";
-    if (world > 1) env["MASTER_PORT"] = std::to_string(port);
-    for (const auto& [key, value] : options.environment) env[key] = value;
-    std::vector<std::string> args = {"worker",    "--recipe",  options.recipe_path, "--arm",
-                                     options.arm, "--out-dir", parts.string()};
-    args.insert(args.end(), options.worker_arguments.begin(), options.worker_arguments.end());
+    ProcessOptions process;
+    process.executable = options.executable;
+    process.arguments = {"worker",    "--recipe",  options.recipe_path, "--arm",
+                         options.arm, "--out-dir", parts.string()};
+    process.arguments.insert(process.arguments.end(), options.worker_arguments.begin(),
+                             options.worker_arguments.end());
+    process.set_environment = {{"RANK", std::to_string(r)},
+                               {"WORLD_SIZE", std::to_string(world)},
+                               {"LOCAL_RANK", std::to_string(r)},
+                               {"MASTER_ADDR", "127.0.0.1"}};
+    if (world > 1) process.set_environment["MASTER_PORT"] = std::to_string(port);
+    for (const auto& [key, value] : options.environment) process.set_environment[key] = value;
+    process.output_path = logs.back();
+    process.process_group = group;
     try {
-      children.emplace_back(bp::exe = options.executable, bp::args = args, env,
-                            (bp::std_out & bp::std_err) > logs.back(), bp::std_in < bp::null, group,
-                            DieWithParent());
+      children.push_back(ChildProcess::Start(process));
     } catch (const std::exception& e) {
-      group.terminate(ec);
+      SignalProcessGroup(group, SIGKILL);
+      for (ChildProcess& c : children) c.Wait();
       throw InfrastructureError("cannot start rank " + std::to_string(r) + " (" +
                                 options.executable + "): " + e.what());
     }
+    if (group == 0) group = children.back().pid();
   }
 
   std::vector<RankStatus> status(static_cast<size_t>(world));
@@ -256,8 +252,7 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
   auto poll_ranks = [&] {
     for (int64_t r = 0; r < world; ++r) {
       if (status[r].finished) continue;
-      std::error_code e;
-      if (!children[r].running(e)) Decode(children[r].native_exit_code(), &status[r]);
+      if (children[r].Poll()) Decode(children[r].wait_status(), &status[r]);
     }
     progress.Poll([&](const std::string& line) {
       ProgressEvent event;
@@ -302,8 +297,8 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
       ended_any = true;
     }
   }
-  if (ended_any) group.terminate(ec);
-  for (bp::child& c : children) c.wait(ec);
+  if (ended_any) SignalProcessGroup(group, SIGKILL);
+  for (ChildProcess& c : children) c.Wait();
   result.seconds = elapsed();
 
   bool any_failed = false;

@@ -9,18 +9,16 @@
 #include <netdb.h>
 #include <unistd.h>
 
-#include <boost/process.hpp>
 #include <filesystem>
 
 #include "core/trace.h"
+#include "harness/process.h"
 #include "harness/trace_compare.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_world.h"
 
 namespace bitparity {
 namespace {
-
-namespace bp = boost::process;
 
 std::string RecipeToml() {
   return testing::SmallModelTable(2, 0) + R"([parallel]
@@ -49,13 +47,14 @@ std::string HostNameOrLoopback() {
 
 void LaunchWorkersByHand(const std::string& recipe, const std::string& parts, bool slurm) {
   const int port = testing::FreePort();
-  std::vector<bp::child> ranks;
+  std::vector<ChildProcess> ranks;
   for (int r = 0; r < 2; ++r) {
-    bp::environment env = boost::this_process::environment();
-    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"}) {
-      env.erase(name);
-    }
-    env.erase("GLOO_SOCKET_IFNAME");
+    ProcessOptions process;
+    process.executable = testing::BitparityBinary();
+    process.arguments = {"worker", "--recipe", recipe, "--arm", "reference", "--out-dir", parts};
+    process.unset_environment = {"RANK",         "WORLD_SIZE",   "LOCAL_RANK",
+                                 "SLURM_PROCID", "SLURM_NTASKS", "GLOO_SOCKET_IFNAME"};
+    auto& env = process.set_environment;
     if (slurm) {
       env["SLURM_PROCID"] = std::to_string(r);
       env["SLURM_NTASKS"] = "2";
@@ -67,13 +66,10 @@ void LaunchWorkersByHand(const std::string& recipe, const std::string& parts, bo
       env["GLOO_SOCKET_IFNAME"] = "lo";
     }
     env["MASTER_PORT"] = std::to_string(port);
-    ranks.emplace_back(
-        bp::exe = testing::BitparityBinary(),
-        bp::args = {"worker", "--recipe", recipe, "--arm", "reference", "--out-dir", parts}, env,
-        bp::std_out > bp::null, bp::std_err > bp::null);
+    ranks.push_back(ChildProcess::Start(process));
   }
-  for (bp::child& c : ranks) {
-    c.wait();
+  for (ChildProcess& c : ranks) {
+    c.Wait();
     EXPECT_EQ(c.exit_code(), 0);
   }
 }
@@ -115,20 +111,27 @@ TEST(ClusterLaunch, TorchrunStartedWorkersMergeIntoTheLaunchersTrace) {
   ASSERT_EQ(arm.exit_code, 0) << arm.output;
 
   std::filesystem::create_directories(dir.File("parts"));
-  bp::environment env = boost::this_process::environment();
-  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
-                           "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"}) {
-    env.erase(name);
-  }
-  const std::string log = dir.File("torchrun.log");
-  bp::child launcher(bp::exe = torchrun,
-                     bp::args = {"--no-python", "--nproc-per-node", "2", "--master-addr",
-                                 "127.0.0.1", "--master-port", std::to_string(testing::FreePort()),
-                                 testing::BitparityBinary(), "worker", "--recipe", recipe, "--arm",
-                                 "reference", "--out-dir", dir.File("parts")},
-                     env, (bp::std_out & bp::std_err) > log);
-  launcher.wait();
-  ASSERT_EQ(launcher.exit_code(), 0) << testing::ReadFile(log);
+  ProcessOptions process;
+  process.executable = torchrun;
+  process.arguments = {"--no-python",
+                       "--nproc-per-node",
+                       "2",
+                       "--master-addr",
+                       "127.0.0.1",
+                       "--master-port",
+                       std::to_string(testing::FreePort()),
+                       testing::BitparityBinary(),
+                       "worker",
+                       "--recipe",
+                       recipe,
+                       "--arm",
+                       "reference",
+                       "--out-dir",
+                       dir.File("parts")};
+  process.unset_environment = {"RANK",         "WORLD_SIZE",  "LOCAL_RANK",  "SLURM_PROCID",
+                               "SLURM_NTASKS", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"};
+  process.output_path = dir.File("torchrun.log");
+  ASSERT_EQ(RunProcess(process), 0) << testing::ReadFile(process.output_path);
 
   testing::CommandResult merge =
       testing::RunBitparity({"merge", dir.File("parts"), "--out", dir.File("merged.h5")});

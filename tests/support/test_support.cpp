@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/process.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -12,10 +11,11 @@
 #include <random>
 #include <sstream>
 
+#include "harness/process.h"
+
 namespace bitparity::testing {
 
 namespace fs = std::filesystem;
-namespace bp = boost::process;
 
 TempDir::TempDir() {
   std::random_device rd;
@@ -56,12 +56,14 @@ CommandResult RunBitparity(const std::vector<std::string>& args,
                            const std::vector<std::pair<std::string, std::string>>& env) {
   TempDir scratch;
   const std::string log = scratch.File("output.log");
-  bp::environment environment = boost::this_process::environment();
-  for (const auto& [key, value] : env) environment[key] = value;
+  ProcessOptions process;
+  process.executable = BitparityBinary();
+  process.arguments = args;
+  for (const auto& [key, value] : env) process.set_environment[key] = value;
+  process.output_path = log;
   const auto start = std::chrono::steady_clock::now();
   CommandResult result;
-  result.exit_code = bp::system(bp::exe = BitparityBinary(), bp::args = args, environment,
-                                (bp::std_out & bp::std_err) > log, bp::std_in < bp::null);
+  result.exit_code = RunProcess(process);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.output = ReadFile(log);
   return result;

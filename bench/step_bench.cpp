@@ -1,7 +1,8 @@
 // Step time of every arm of the default and memory recipes, each run as real rank processes
-// (EP 2) through the launcher, reported with the ratio to the reference arm of the same recipe
-// in the same run, the fraction of all-to-all time hidden under compute, the peak memory, and
-// the harness's own overhead (digests and dumps for the trace) as a fraction of the step.
+// (EP 2) through the launcher, on the CPU or (BITPARITY_BENCH_DEVICE=cuda) on GPUs, reported with
+// the ratio to the reference arm of the same recipe in the same run, the fraction of all-to-all
+// time hidden under compute, the peak memory, and the harness's own overhead (digests and dumps for
+// the trace) as a fraction of the step.
 //
 //   build/bitparity_bench --benchmark_out=bench.json --benchmark_out_format=json
 
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -38,14 +40,23 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// The recipe's text with at least `iterations` iterations and no gradient dumps, written next to
-// the bench's traces (more steps for a stable median; dumps are not what is measured).
+// The device the step benchmarks run on: BITPARITY_BENCH_DEVICE ("cpu", the default, or "cuda").
+std::string BenchDevice() {
+  const char* device = std::getenv("BITPARITY_BENCH_DEVICE");
+  return device != nullptr && *device != '\0' ? device : "cpu";
+}
+
+// The recipe's text with at least `iterations` iterations, no gradient dumps and the bench's
+// device, written next to the bench's traces (more steps for a stable median; dumps are not what
+// is measured).
 std::string WithIterations(const std::string& recipe, int64_t iterations, const fs::path& dir) {
   toml::table table = toml::parse_file(recipe);
   auto* train = table["train"].as_table();
   const int64_t current = train->get("iterations") ? **train->get_as<int64_t>("iterations") : 1;
   train->insert_or_assign("iterations", std::max(current, iterations));
   if (auto* trace = table["trace"].as_table()) trace->erase("dump_grads_at");
+  if (!table["parallel"].as_table()) table.insert("parallel", toml::table{});
+  table["parallel"].as_table()->insert_or_assign("device", BenchDevice());
   const std::string path = (dir / fs::path(recipe).filename()).string();
   std::ofstream(path) << table << "\n";
   return path;
@@ -106,11 +117,17 @@ void RegisterRecipe(const std::string& name) {
                         [&](const std::string& a) { return a == recipe.compare.baseline; });
   for (const std::string& arm : arms) {
     const std::string baseline = recipe.compare.baseline;
-    benchmark::RegisterBenchmark(("BM_Step/" + name + "/" + arm).c_str(),
+    const std::string device = BenchDevice() == "cpu" ? "" : "/" + BenchDevice();
+    benchmark::RegisterBenchmark(("BM_Step/" + name + "/" + arm + device).c_str(),
                                  [path, name, arm, baseline](benchmark::State& state) {
                                    StepFigures f;
                                    for (auto _ : state) {
-                                     f = RunArm(path, arm);
+                                     try {
+                                       f = RunArm(path, arm);
+                                     } catch (const std::exception& e) {
+                                       state.SkipWithError(e.what());
+                                       return;
+                                     }
                                      state.SetIterationTime(f.step_seconds);
                                    }
                                    if (arm == baseline) ReferenceSteps()[name] = f.step_seconds;

@@ -6,7 +6,10 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/cuda_support.h"
+#include "core/determinism.h"
 #include "core/errors.h"
+#include "core/provenance.h"
 #include "core/recipe.h"
 #include "core/recompute_plan.h"
 #include "core/trace.h"
@@ -45,6 +48,34 @@ std::string RecomputeText(const RecomputeConfig& r) {
   if (r.unit == RecomputeUnit::kChunk) return "full, the whole chunk at once";
   return std::string("full, ") + ToString(r.method) + ", num_layers " +
          std::to_string(r.num_layers);
+}
+
+// What this build is and what this machine gives it: the facts that decide a run's bits and
+// whether the GPU path can run here.
+int Info() {
+  PinEnvironment("cpu");
+  const std::map<std::string, std::string> p = CollectProvenance();
+  std::cout << "bitparity " << p.at("git_revision") << " (" << p.at("compiler") << ")\n"
+            << "LibTorch:    " << p.at("libtorch_version") << " (" << p.at("libtorch_library")
+            << ")\n"
+            << "BLAS:        " << p.at("blas") << ", MKL_CBWR=" << p.at("mkl_cbwr")
+            << " (pinned); oneDNN " << p.at("onednn") << "\n"
+            << "CPU:         " << p.at("cpu_model") << " [" << p.at("cpu_flags") << "]\n";
+  if (!cuda::Compiled()) {
+    std::cout << "GPU path:    not built (LibTorch without CUDA, or -DBITPARITY_CUDA=OFF)\n";
+    return kExitPass;
+  }
+  const int gpus = cuda::DeviceCount();
+  std::cout << "GPU path:    built; " << gpus << " GPU(s) visible\n";
+  for (int g = 0; g < gpus; ++g) {
+    const std::map<std::string, std::string> gp = cuda::Provenance(g);
+    std::cout << "  cuda:" << g << "      " << gp.at("gpu_name") << " (sm_" << gp.at("gpu_sm")
+              << ", " << std::stoll(gp.at("gpu_memory_bytes")) / (1 << 20) << " MiB), driver "
+              << gp.at("cuda_driver") << ", CUDA runtime " << gp.at("cuda_runtime") << ", cuBLAS "
+              << gp.at("cublas") << ", cuDNN " << gp.at("cudnn") << ", NCCL " << gp.at("nccl")
+              << "\n";
+  }
+  return kExitPass;
 }
 
 int Validate(const std::string& path) {
@@ -310,6 +341,10 @@ int RunCli(int argc, char** argv, const CliHooks& hooks) {
   timeline->add_option("--iteration", timeline_iteration, "Only this iteration (default: all)");
   timeline->add_flag("--csv", timeline_csv, "Print CSV");
 
+  CLI::App* info = app.add_subcommand(
+      "info",
+      "Print this build's LibTorch, BLAS and reproducibility settings, and the GPUs it sees");
+
   std::string merge_dir, merge_out;
   CLI::App* merge = app.add_subcommand(
       "merge", "Merge the rank parts written by `bitparity worker` ranks into one trace");
@@ -328,6 +363,7 @@ int RunCli(int argc, char** argv, const CliHooks& hooks) {
   }
 
   try {
+    if (*info) return Info();
     if (*validate) return Validate(validate_recipe);
     if (*matrix) {
       matrix_options.command_line = JoinArgs(argc, argv);

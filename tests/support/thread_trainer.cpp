@@ -27,7 +27,7 @@ RankRecords TrainOnThreads(const Recipe& recipe, const std::string& arm,
           records.records[static_cast<size_t>(rank)].push_back(trainer.RunIteration(it, nullptr));
         }
       },
-      options.timeout);
+      options.timeout, recipe.parallel.device);
   return records;
 }
 

@@ -27,7 +27,7 @@ int FreePort() {
 
 void RunOnThreadWorld(int64_t world,
                       const std::function<void(int64_t rank, Communicator& comm)>& body,
-                      std::chrono::milliseconds timeout) {
+                      std::chrono::milliseconds timeout, DeviceKind device) {
   const int port = FreePort();
   std::mutex mutex;
   std::exception_ptr error;
@@ -39,7 +39,7 @@ void RunOnThreadWorld(int64_t world,
         context.rank = r;
         context.world_size = world;
         context.master_port = port;
-        auto comm = Communicator::Connect(context, timeout);
+        auto comm = Communicator::Connect(context, device, timeout);
         body(r, *comm);
         comm->Barrier();
       } catch (...) {

@@ -15,9 +15,11 @@ namespace bitparity::testing {
 
 // Calls body(rank, comm) on `world` threads and waits; rethrows the first exception. Collectives
 // give up after `timeout` (a rank that throws leaves its peers waiting that long).
+// On DeviceKind::kCuda every rank takes GPU 0 (ranks sharing a GPU: host-staged Gloo).
 void RunOnThreadWorld(int64_t world,
                       const std::function<void(int64_t rank, Communicator& comm)>& body,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+                      std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                      DeviceKind device = DeviceKind::kCpu);
 
 int FreePort();
 

@@ -147,26 +147,29 @@ std::shared_ptr<Communicator> Communicator::Local(at::Device device) {
   return comm;
 }
 
+namespace {
+
+// This rank's device: the CPU, or GPU LOCAL_RANK (modulo the GPUs it sees), made current.
+at::Device BindDevice(const RankContext& context, DeviceKind device) {
+  if (device == DeviceKind::kCpu) return at::kCPU;
+  const int gpus = cuda::DeviceCount();
+  if (gpus == 0) {
+    throw InputError(std::string("[parallel] device = \"cuda\", but ") +
+                     (cuda::Compiled() ? "this process sees no GPU"
+                                       : "this build of bitparity has no GPU path") +
+                     "; use device = \"cpu\"");
+  }
+  const int index = static_cast<int>(context.local_rank % gpus);
+  cuda::SetDevice(index);
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+}  // namespace
+
 std::shared_ptr<Communicator> Communicator::Connect(const RankContext& context, DeviceKind device,
                                                     std::chrono::milliseconds timeout) {
-  std::shared_ptr<Communicator> comm(new Communicator());
-  comm->rank_ = context.rank;
-  comm->world_size_ = context.world_size;
-  std::string gpu_uuid;
-  if (device == DeviceKind::kCuda) {
-    const int gpus = cuda::DeviceCount();
-    if (gpus == 0) {
-      throw InputError(std::string("[parallel] device = \"cuda\", but ") +
-                       (cuda::Compiled() ? "this process sees no GPU"
-                                         : "this build of bitparity has no GPU path") +
-                       "; use device = \"cpu\"");
-    }
-    const int index = static_cast<int>(context.local_rank % gpus);
-    cuda::SetDevice(index);
-    comm->device_ = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
-    gpu_uuid = cuda::Info(index).uuid;
-  }
-  if (context.world_size == 1) return comm;
+  if (context.world_size == 1) return Local(BindDevice(context, device));
+  c10::intrusive_ptr<c10d::Store> store;
   try {
     c10d::TCPStoreOptions options;
     options.port = static_cast<uint16_t>(context.master_port);
@@ -176,28 +179,44 @@ std::shared_ptr<Communicator> Communicator::Connect(const RankContext& context, 
     options.timeout = timeout;
     // Under torchrun the store is the agent's, shared with its own keys: bitparity's live under
     // a prefix of their own.
-    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>(
+    store = c10::make_intrusive<c10d::PrefixStore>(
         "bitparity", c10::make_intrusive<c10d::TCPStore>(context.master_addr, options));
+  } catch (const std::exception& e) {
+    throw InfrastructureError("rank " + std::to_string(context.rank) +
+                              ": cannot reach the store at " + context.master_addr + ":" +
+                              std::to_string(context.master_port) + ": " + e.what());
+  }
+  return Join(store, context, device, timeout);
+}
+
+std::shared_ptr<Communicator> Communicator::Join(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 const RankContext& context, DeviceKind device,
+                                                 std::chrono::milliseconds timeout) {
+  std::shared_ptr<Communicator> comm(new Communicator());
+  comm->rank_ = context.rank;
+  comm->world_size_ = context.world_size;
+  comm->device_ = BindDevice(context, device);
+  try {
     if (device == DeviceKind::kCpu) {
       comm->transport_ = Transport::kGloo;
       comm->transport_description_ = "gloo";
       comm->group_ = MakeGloo(store, context, timeout);
+      return comm;
+    }
+    const std::string shared = SharedGpus(*store, context, cuda::Info(comm->device_.index()).uuid);
+    if (shared.empty()) {
+      comm->transport_ = Transport::kNccl;
+      comm->transport_description_ = "nccl";
+      comm->group_ = cuda::MakeNcclBackend(
+          c10::make_intrusive<c10d::PrefixStore>("nccl", store), static_cast<int>(context.rank),
+          static_cast<int>(context.world_size), comm->device_.index(), timeout);
+      comm->comm_stream_ =
+          std::make_shared<CommStream>(CommStream{cuda::NewCommStream(comm->device_.index())});
     } else {
-      const std::string shared = SharedGpus(*store, context, gpu_uuid);
-      if (shared.empty()) {
-        comm->transport_ = Transport::kNccl;
-        comm->transport_description_ = "nccl";
-        comm->group_ = cuda::MakeNcclBackend(
-            c10::make_intrusive<c10d::PrefixStore>("nccl", store), static_cast<int>(context.rank),
-            static_cast<int>(context.world_size), comm->device_.index(), timeout);
-        comm->comm_stream_ =
-            std::make_shared<CommStream>(CommStream{cuda::NewCommStream(comm->device_.index())});
-      } else {
-        comm->transport_ = Transport::kGlooHostStaged;
-        comm->transport_description_ =
-            "gloo, host-staged: " + shared + " (NCCL needs one GPU per rank)";
-        comm->group_ = MakeGloo(store, context, timeout);
-      }
+      comm->transport_ = Transport::kGlooHostStaged;
+      comm->transport_description_ =
+          "gloo, host-staged: " + shared + " (NCCL needs one GPU per rank)";
+      comm->group_ = MakeGloo(store, context, timeout);
     }
   } catch (const InputError&) {
     throw;
@@ -235,7 +254,7 @@ PendingAllToAll Communicator::StartAllToAll(const at::Tensor& input,
   pending.started_ns_ = SteadyNanoseconds();
   pending.completed_ns_ = std::make_shared<std::atomic<int64_t>>(0);
   pending.owner_ = this;
-  if (world_size_ == 1) {
+  if (!group_) {  // a world of one rank without a process group
     CheckSplits(input, recv_splits, 1, "receive");
     pending.output_ = input.clone(at::MemoryFormat::Contiguous);
     pending.completed_ns_->store(SteadyNanoseconds());
@@ -293,7 +312,7 @@ at::Tensor Communicator::AllToAll(const at::Tensor& input, const std::vector<int
 }
 
 std::vector<at::Tensor> Communicator::AllGather(const at::Tensor& tensor) {
-  if (world_size_ == 1) return {tensor.clone()};
+  if (!group_) return {tensor.clone()};
   const bool gloo = transport_ != Transport::kNccl;
   at::Tensor in = tensor.to(transport_device()).contiguous();
   if (gloo) in = TransportView(in);
@@ -313,7 +332,7 @@ std::vector<at::Tensor> Communicator::AllGather(const at::Tensor& tensor) {
 }
 
 at::Tensor Communicator::AllReduceSumOrdered(const at::Tensor& tensor) {
-  if (world_size_ == 1) return tensor.clone();
+  if (!group_) return tensor.clone();
   std::vector<at::Tensor> parts = AllGather(tensor);
   at::Tensor sum = parts[0].clone();
   for (size_t r = 1; r < parts.size(); ++r) sum.add_(parts[r]);
@@ -321,7 +340,7 @@ at::Tensor Communicator::AllReduceSumOrdered(const at::Tensor& tensor) {
 }
 
 void Communicator::Barrier() {
-  if (world_size_ == 1) return;
+  if (!group_) return;
   try {
     group_->barrier()->wait();
   } catch (const std::exception& e) {

@@ -30,6 +30,7 @@
 
 namespace c10d {
 class Backend;
+class Store;
 }  // namespace c10d
 
 namespace bitparity {
@@ -90,6 +91,12 @@ class Communicator {
                                                std::chrono::milliseconds timeout) {
     return Connect(context, DeviceKind::kCpu, timeout);
   }
+  // Joins the process group of `context` through an existing store, whatever the world size: a
+  // world of one rank gets a real process group too (how one GPU exercises NCCL). Connect() is a
+  // TCP store at MASTER_ADDR:MASTER_PORT and this.
+  static std::shared_ptr<Communicator> Join(const c10::intrusive_ptr<c10d::Store>& store,
+                                            const RankContext& context, DeviceKind device,
+                                            std::chrono::milliseconds timeout);
   // A communicator for a world of one rank (used by single-process tests).
   static std::shared_ptr<Communicator> Local(at::Device device = at::kCPU);
 

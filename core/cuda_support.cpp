@@ -88,6 +88,9 @@ int DeviceCount() { return static_cast<int>(c10::cuda::device_count()); }
 
 void SetDevice(int index) {
   CheckDevice(index);
+  // LibTorch sets up CUDA (the caching allocator among it) lazily, at the first CUDA tensor; the
+  // allocator's statistics are asked for before that.
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
 }
 

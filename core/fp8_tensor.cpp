@@ -39,7 +39,8 @@ at::Tensor BlockwiseQuantizationScale(const at::Tensor& amax) {
 // MxScale of core/fp8.cpp per block: amax / 448 rounded up to a power of two in
 // [2^-127, 2^127]; 1 where amax is 0 or NaN.
 at::Tensor MxQuantizationScale(const at::Tensor& amax) {
-  at::Tensor ratio = amax.div(kE4M3Max);  // >= 0; subnormal or 0 for tiny amax, +inf for inf
+  // A true division by a tensor: with a scalar, CUDA multiplies by fl(1 / 448) instead.
+  at::Tensor ratio = amax.div(at::full_like(amax, kE4M3Max));  // subnormal or 0 for tiny amax
   at::Tensor exponent = ExponentField(ratio).to(at::kLong);
   at::Tensor mantissa = MantissaField(ratio).to(at::kLong);
   // Normal: 2^(e-127) exactly when the mantissa is 0, else the next power up. Subnormal (and 0):

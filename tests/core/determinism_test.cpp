@@ -13,16 +13,13 @@
 #include <string>
 
 #include "core/errors.h"
-#include "core/random.h"
+#include "tests/support/random_tensor.h"
 
 namespace bitparity {
 namespace {
 
-at::Tensor Random(std::vector<int64_t> shape, uint64_t stream) {
-  at::Tensor t = at::empty(shape, at::kFloat);
-  Rng rng(11, {stream});
-  for (int64_t i = 0; i < t.numel(); ++i) t.data_ptr<float>()[i] = static_cast<float>(rng.Normal());
-  return t;
+at::Tensor Random(const std::vector<int64_t>& shape, uint64_t stream) {
+  return testing::RandomNormal(shape, 11, stream);
 }
 
 TEST(PinnedEnvironment, MklRunsInStrictReproducibilityMode) {

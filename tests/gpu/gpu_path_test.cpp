@@ -7,7 +7,9 @@
 //   - the determinism switches are in effect and a GEMM reproduces its bits;
 //   - the memory tracker reads the caching allocator;
 //   - the model on the GPU: each arm reproduces itself, and the overlap arm equals the reference
-//     arm bit for bit (two ranks on one GPU: host-staged Gloo).
+//     arm bit for bit;
+//   - NCCL (a process group of one rank): the all-to-all on the communication stream, its CUDA
+//     events, and the other collectives.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -18,17 +20,20 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "core/communicator.h"
 #include "core/cuda_support.h"
 #include "core/determinism.h"
 #include "core/fp8.h"
 #include "core/fp8_tensor.h"
 #include "core/memory.h"
-#include "core/random.h"
 #include "core/recipe.h"
 #include "model/ops.h"
+#include "tests/support/random_tensor.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"
+#include "tests/support/thread_world.h"
 
 namespace bitparity {
 namespace {
@@ -50,12 +55,8 @@ const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new GpuEnvi
 
 const at::Device kGpu(at::kCUDA, 0);
 
-at::Tensor RandomNormal(std::vector<int64_t> shape, uint64_t stream, double scale = 1.0) {
-  at::Tensor t = at::empty(shape, at::kFloat);
-  Rng rng(77, {stream});
-  float* data = t.data_ptr<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) data[i] = static_cast<float>(rng.Normal() * scale);
-  return t;
+at::Tensor RandomNormal(const std::vector<int64_t>& shape, uint64_t stream, double scale = 1.0) {
+  return testing::RandomNormal(shape, 77, stream, scale);
 }
 
 TEST(GpuPath, EveryFloatEncodesOnTheGpuAsInTheEmulation) {
@@ -207,26 +208,28 @@ TEST(GpuPath, MemoryTrackerReadsTheCachingAllocator) {
   EXPECT_EQ(MemoryTracker::peak_bytes(), MemoryTracker::current_bytes());
 }
 
+// One rank in this process: LibTorch's autograd engine runs every backward on a GPU on one thread
+// per device, so two ranks as threads of one process would wait for each other's collectives on
+// it. Several ranks on the GPU are the multi-process runs of ci/device-check.
 TEST(GpuPath, OverlapArmEqualsTheReferenceArmOnTheGpu) {
   SKIP_WITHOUT_GPU();
-  const std::string recompute = R"({ granularity = "full", method = "uniform", num_layers = 1 })";
   Recipe recipe = ParseRecipe(testing::SmallModelTable(3, 1) + R"(
 [parallel]
 device = "cuda"
-ep = 2
+ep = 1
 [train]
 micro_batch = 2
-global_batch = 12
+global_batch = 6
 iterations = 3
 lr = 1e-2
 [precision]
 recipe = "bf16"
 [arms.reference]
 engine = "reference"
-recompute = )" + recompute + R"(
+recompute = { granularity = "full", method = "uniform", num_layers = 1 }
 [arms.overlap]
 engine = "overlap"
-recompute = )" + recompute + "\n",
+)",
                               "gpu.toml");
   testing::RankRecords reference = testing::TrainOnThreads(recipe, "reference");
   EXPECT_EQ(testing::FirstDifference(reference, testing::TrainOnThreads(recipe, "reference")), "")
@@ -236,6 +239,38 @@ recompute = )" + recompute + "\n",
       << "the overlap arm does not reproduce itself on the GPU";
   EXPECT_EQ(testing::FirstDifference(reference, overlap), "");
   EXPECT_LT(overlap.records[0].back().loss, overlap.records[0].front().loss);
+}
+
+// NCCL on one GPU: a process group of one rank, so that the communication stream, its events
+// and the compute stream's wait run for real.
+TEST(GpuPath, NcclAllToAllRunsOnTheCommStreamAndMovesBytesExactly) {
+  SKIP_WITHOUT_GPU();
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(testing::FreePort());
+  options.isServer = true;
+  options.numWorkers = 1;
+  RankContext context;
+  context.master_port = options.port;
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  std::shared_ptr<Communicator> comm =
+      Communicator::Join(store, context, DeviceKind::kCuda, std::chrono::seconds(60));
+  ASSERT_EQ(comm->transport(), Transport::kNccl) << comm->transport_description();
+  at::Tensor rows = RandomNormal({4096, 1024}, 6).to(kGpu).to(at::kBFloat16);
+  comm->ResetStats();
+  PendingAllToAll pending = comm->StartAllToAll(rows, {4096}, {4096});
+  // Compute queued while the exchange is in flight, on the compute stream.
+  at::Tensor busy = at::mm(rows, rows.t());
+  at::Tensor received = pending.Wait();
+  EXPECT_TRUE(at::equal(received, rows));
+  const CommStats& stats = comm->stats();
+  EXPECT_EQ(stats.count, 1);
+  EXPECT_GT(stats.in_flight_seconds, 0.0);
+  std::printf("NCCL all-to-all of 8 MiB on one GPU: %.3f ms in flight, %.3f ms exposed\n",
+              stats.in_flight_seconds * 1e3, stats.exposed_seconds * 1e3);
+  at::Tensor counts = at::tensor(std::vector<int64_t>{3, 5}, at::kLong);
+  EXPECT_TRUE(at::equal(comm->AllToAll(counts, {2}, {2}), counts));  // a host tensor over NCCL
+  EXPECT_TRUE(at::equal(comm->AllReduceSumOrdered(busy), busy));
+  comm->Barrier();
 }
 
 }  // namespace

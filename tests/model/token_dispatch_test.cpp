@@ -10,9 +10,9 @@
 #include <mutex>
 #include <vector>
 
-#include "core/random.h"
 #include "model/moe.h"
 #include "model/ops.h"
+#include "tests/support/random_tensor.h"
 #include "tests/support/thread_world.h"
 
 namespace bitparity {
@@ -28,12 +28,8 @@ constexpr int64_t kTokens = 6;
 constexpr int64_t kHidden = 8;
 constexpr int64_t kFfn = 12;
 
-at::Tensor RandomTensor(std::vector<int64_t> shape, uint64_t stream, double scale = 1.0) {
-  at::Tensor t = at::empty(shape, at::kFloat);
-  Rng rng(77, {stream});
-  float* data = t.data_ptr<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) data[i] = static_cast<float>(rng.Normal() * scale);
-  return t;
+at::Tensor RandomTensor(const std::vector<int64_t>& shape, uint64_t stream, double scale = 1.0) {
+  return testing::RandomNormal(shape, 77, stream, scale);
 }
 
 struct RoutingCase {

@@ -18,27 +18,16 @@
 #include "core/fp8.h"
 #include "core/random.h"
 #include "core/trace.h"
+#include "harness/launcher.h"
 
 namespace bitparity {
 namespace {
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // Two Gloo ranks joined once, on two threads of this process.
 std::vector<std::shared_ptr<Communicator>>& LoopbackWorld() {
   static std::vector<std::shared_ptr<Communicator>> world = [] {
     std::vector<std::shared_ptr<Communicator>> comms(2);
-    const int port = FreePort();
+    const int port = FreeLoopbackPort();
     std::vector<std::thread> threads;
     for (int r = 0; r < 2; ++r) {
       threads.emplace_back([&, r] {

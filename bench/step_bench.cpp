@@ -7,7 +7,6 @@
 //   build/bitparity_bench --benchmark_out=bench.json --benchmark_out_format=json
 
 #include <benchmark/benchmark.h>
-#include <toml++/toml.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -20,6 +19,7 @@
 
 #include "core/determinism.h"
 #include "core/recipe.h"
+#include "core/recipe_edit.h"
 #include "core/trace.h"
 #include "harness/launcher.h"
 
@@ -50,15 +50,13 @@ std::string BenchDevice() {
 // device, written next to the bench's traces (more steps for a stable median; dumps are not what
 // is measured).
 std::string WithIterations(const std::string& recipe, int64_t iterations, const fs::path& dir) {
-  toml::table table = toml::parse_file(recipe);
-  auto* train = table["train"].as_table();
-  const int64_t current = train->get("iterations") ? **train->get_as<int64_t>("iterations") : 1;
-  train->insert_or_assign("iterations", std::max(current, iterations));
-  if (auto* trace = table["trace"].as_table()) trace->erase("dump_grads_at");
-  if (!table["parallel"].as_table()) table.insert("parallel", toml::table{});
-  table["parallel"].as_table()->insert_or_assign("device", BenchDevice());
+  const Recipe r = LoadRecipe(recipe);
   const std::string path = (dir / fs::path(recipe).filename()).string();
-  std::ofstream(path) << table << "\n";
+  std::ofstream(path) << EditRecipe(r.text,
+                                    {{"train.iterations", std::max(r.train.iterations, iterations)},
+                                     {"trace.dump_grads_at", std::monostate()},
+                                     {"parallel.device", BenchDevice()}},
+                                    recipe);
   return path;
 }
 
@@ -69,8 +67,8 @@ StepFigures RunArm(const std::string& source_recipe, const std::string& arm) {
   const std::string recipe = WithIterations(source_recipe, 6, dir);
   LaunchOptions launch;
   launch.executable = BITPARITY_BINARY;
-  launch.recipe_path = recipe;
-  launch.arm = arm;
+  launch.worker.recipe_path = recipe;
+  launch.worker.arm = arm;
   launch.trace_path = (dir / (arm + ".h5")).string();
   launch.log_dir = (dir / (arm + ".logs")).string();
   Recipe r = LoadRecipe(recipe);
@@ -78,7 +76,7 @@ StepFigures RunArm(const std::string& source_recipe, const std::string& arm) {
   launch.timeout_seconds = r.parallel.timeout_seconds;
   LaunchResult result = LaunchArm(launch);
   if (result.exit_code != 0) throw std::runtime_error(result.failure);
-  Trace trace = ReadTrace(launch.trace_path);
+  const Trace trace = std::move(result.trace);
   fs::remove_all(dir);
   StepFigures f;
   std::vector<double> steps, record;

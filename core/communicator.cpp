@@ -105,12 +105,6 @@ std::string SharedGpus(c10d::Store& store, const RankContext& context, const std
 
 }  // namespace
 
-int64_t SteadyNanoseconds() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 at::Tensor PendingAllToAll::Wait() {
   if (waited_) return output_;
   const int64_t wait_begin = SteadyNanoseconds();

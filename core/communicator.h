@@ -25,6 +25,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/rank_context.h"
 #include "core/recipe.h"
 
@@ -74,9 +75,6 @@ class PendingAllToAll {
   std::shared_ptr<std::atomic<int64_t>> completed_ns_;
   Communicator* owner_ = nullptr;
 };
-
-// Steady-clock time in nanoseconds (the clock of PendingAllToAll's records).
-int64_t SteadyNanoseconds();
 
 class Communicator {
  public:

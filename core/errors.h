@@ -1,6 +1,8 @@
 #ifndef BITPARITY_CORE_ERRORS_H_
 #define BITPARITY_CORE_ERRORS_H_
 
+#include <functional>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 
@@ -27,6 +29,14 @@ class InfrastructureError : public std::runtime_error {
  public:
   explicit InfrastructureError(const std::string& message) : std::runtime_error(message) {}
 };
+
+// Runs `body` and maps what escapes it onto the exit codes, printing the message to `err`:
+// InputError is 2, InfrastructureError 3, and any other exception `internal_error_exit`,
+// "internal error": a fault of bitparity or of a library (a broken invariant), never a check
+// that failed. The CLI passes 3; a rank process passes kRankExitFailed (core/rank_protocol.h), so
+// that the launcher can tell the rank that failed on its own from the peers that lost it (3).
+int RunMappingErrors(const std::function<int()>& body, std::ostream& err,
+                     int internal_error_exit = kExitInfrastructure);
 
 }  // namespace bitparity
 

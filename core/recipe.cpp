@@ -11,48 +11,52 @@
 #include <sstream>
 #include <utility>
 
+#include "core/enum_names.h"
 #include "core/errors.h"
 
 namespace bitparity {
 
-const char* ToString(EngineKind engine) {
-  return engine == EngineKind::kReference ? "reference" : "overlap";
-}
-const char* ToString(Dispatcher dispatcher) {
-  return dispatcher == Dispatcher::kAllToAll ? "alltoall" : "flex";
-}
-const char* ToString(PrecisionRecipe recipe) {
-  switch (recipe) {
-    case PrecisionRecipe::kFp32:
-      return "fp32";
-    case PrecisionRecipe::kBf16:
-      return "bf16";
-    case PrecisionRecipe::kBlockwise:
-      return "blockwise";
-    case PrecisionRecipe::kMxfp8:
-      return "mxfp8";
-  }
-  return "?";
-}
-const char* ToString(Fp8Scaling scaling) {
-  return scaling == Fp8Scaling::kCurrent ? "current" : "delayed";
-}
-const char* ToString(Fp8Backend backend) {
-  return backend == Fp8Backend::kEmulated ? "emulated" : "native";
-}
-const char* ToString(DeviceKind device) { return device == DeviceKind::kCpu ? "cpu" : "cuda"; }
+namespace {
+
+constexpr EnumName<EngineKind> kEngineNames[] = {{EngineKind::kReference, "reference"},
+                                                 {EngineKind::kOverlap, "overlap"}};
+constexpr EnumName<Dispatcher> kDispatcherNames[] = {{Dispatcher::kAllToAll, "alltoall"},
+                                                     {Dispatcher::kFlex, "flex"}};
+constexpr EnumName<PrecisionRecipe> kPrecisionNames[] = {{PrecisionRecipe::kFp32, "fp32"},
+                                                         {PrecisionRecipe::kBf16, "bf16"},
+                                                         {PrecisionRecipe::kBlockwise, "blockwise"},
+                                                         {PrecisionRecipe::kMxfp8, "mxfp8"}};
+constexpr EnumName<Fp8Scaling> kFp8ScalingNames[] = {{Fp8Scaling::kCurrent, "current"},
+                                                     {Fp8Scaling::kDelayed, "delayed"}};
+constexpr EnumName<Fp8Backend> kFp8BackendNames[] = {{Fp8Backend::kEmulated, "emulated"},
+                                                     {Fp8Backend::kNative, "native"}};
+constexpr EnumName<DeviceKind> kDeviceNames[] = {{DeviceKind::kCpu, "cpu"},
+                                                 {DeviceKind::kCuda, "cuda"}};
+constexpr EnumName<RecomputeGranularity> kGranularityNames[] = {
+    {RecomputeGranularity::kNone, "none"}, {RecomputeGranularity::kFull, "full"}};
+constexpr EnumName<RecomputeMethod> kMethodNames[] = {{RecomputeMethod::kUniform, "uniform"},
+                                                      {RecomputeMethod::kBlock, "block"}};
+constexpr EnumName<RecomputeUnit> kUnitNames[] = {{RecomputeUnit::kSegment, "segment"},
+                                                  {RecomputeUnit::kChunk, "chunk"}};
+constexpr EnumName<LrSchedule> kLrScheduleNames[] = {{LrSchedule::kConstant, "constant"},
+                                                     {LrSchedule::kCosine, "cosine"}};
+// The only optimizer; the key exists so that a recipe can say so.
+constexpr EnumName<int> kOptimizerNames[] = {{0, "adam"}};
+
+}  // namespace
+
+const char* ToString(EngineKind engine) { return NameIn(kEngineNames, engine); }
+const char* ToString(Dispatcher dispatcher) { return NameIn(kDispatcherNames, dispatcher); }
+const char* ToString(PrecisionRecipe recipe) { return NameIn(kPrecisionNames, recipe); }
+const char* ToString(Fp8Scaling scaling) { return NameIn(kFp8ScalingNames, scaling); }
+const char* ToString(Fp8Backend backend) { return NameIn(kFp8BackendNames, backend); }
+const char* ToString(DeviceKind device) { return NameIn(kDeviceNames, device); }
 const char* ToString(RecomputeGranularity granularity) {
-  return granularity == RecomputeGranularity::kNone ? "none" : "full";
+  return NameIn(kGranularityNames, granularity);
 }
-const char* ToString(RecomputeMethod method) {
-  return method == RecomputeMethod::kUniform ? "uniform" : "block";
-}
-const char* ToString(RecomputeUnit unit) {
-  return unit == RecomputeUnit::kSegment ? "segment" : "chunk";
-}
-const char* ToString(LrSchedule schedule) {
-  return schedule == LrSchedule::kConstant ? "constant" : "cosine";
-}
+const char* ToString(RecomputeMethod method) { return NameIn(kMethodNames, method); }
+const char* ToString(RecomputeUnit unit) { return NameIn(kUnitNames, unit); }
+const char* ToString(LrSchedule schedule) { return NameIn(kLrScheduleNames, schedule); }
 
 std::string Tolerance::Describe() const {
   std::ostringstream out;
@@ -203,26 +207,21 @@ class TableReader {
     return node->as_string()->get();
   }
 
-  // A string restricted to `choices`; returns the index of the choice, or `fallback`.
-  template <typename E>
-  E Enum(const std::string& key, E fallback, const std::vector<std::pair<std::string, E>>& choices,
+  // A string restricted to the names of `choices`; returns the value named, or `fallback`.
+  template <typename E, size_t N>
+  E Enum(const std::string& key, E fallback, const EnumName<E> (&choices)[N],
          bool* was_set = nullptr) {
     const toml::node* node = Take(key);
     if (!node) return fallback;
-    std::string names;
-    for (size_t i = 0; i < choices.size(); ++i) {
-      names += (i ? ", " : "") + std::string("\"") + choices[i].first + "\"";
-    }
+    const std::string names = QuotedNames(choices);
     if (!node->is_string()) {
       Error(key, "must be one of " + names + ", got " + Describe(*node) + LineSuffix(*node));
       return fallback;
     }
     const std::string& value = node->as_string()->get();
-    for (const auto& [name, e] : choices) {
-      if (name == value) {
-        if (was_set) *was_set = true;
-        return e;
-      }
+    if (std::optional<E> e = ValueIn(choices, value)) {
+      if (was_set) *was_set = true;
+      return *e;
     }
     Error(key, "must be one of " + names + ", got \"" + value + "\"" + LineSuffix(*node));
     return fallback;
@@ -302,7 +301,6 @@ class TableReader {
     if (max == std::numeric_limits<int64_t>::max()) return "an integer >= " + std::to_string(min);
     return "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
   }
-
   const toml::table* table_;
   std::string where_;
   Diagnostics* diag_;
@@ -312,38 +310,18 @@ class TableReader {
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 constexpr double kMaxDouble = std::numeric_limits<double>::max();
 
-const std::vector<std::pair<std::string, Dispatcher>> kDispatchers = {
-    {"alltoall", Dispatcher::kAllToAll}, {"flex", Dispatcher::kFlex}};
-const std::vector<std::pair<std::string, EngineKind>> kEngines = {
-    {"reference", EngineKind::kReference}, {"overlap", EngineKind::kOverlap}};
-
 void ReadPrecision(TableReader& r, PrecisionConfig* precision) {
-  precision->recipe = r.Enum<PrecisionRecipe>("recipe", precision->recipe,
-                                              {{"fp32", PrecisionRecipe::kFp32},
-                                               {"bf16", PrecisionRecipe::kBf16},
-                                               {"blockwise", PrecisionRecipe::kBlockwise},
-                                               {"mxfp8", PrecisionRecipe::kMxfp8}});
-  precision->fp8_scaling =
-      r.Enum<Fp8Scaling>("fp8_scaling", precision->fp8_scaling,
-                         {{"current", Fp8Scaling::kCurrent}, {"delayed", Fp8Scaling::kDelayed}});
-  precision->fp8_backend =
-      r.Enum<Fp8Backend>("fp8_backend", precision->fp8_backend,
-                         {{"emulated", Fp8Backend::kEmulated}, {"native", Fp8Backend::kNative}});
+  precision->recipe = r.Enum("recipe", precision->recipe, kPrecisionNames);
+  precision->fp8_scaling = r.Enum("fp8_scaling", precision->fp8_scaling, kFp8ScalingNames);
+  precision->fp8_backend = r.Enum("fp8_backend", precision->fp8_backend, kFp8BackendNames);
   r.RejectUnknown("recipe, fp8_scaling, fp8_backend");
 }
 
 void ReadRecompute(TableReader& r, RecomputeConfig* recompute) {
-  recompute->granularity = r.Enum<RecomputeGranularity>(
-      "granularity", recompute->granularity,
-      {{"none", RecomputeGranularity::kNone}, {"full", RecomputeGranularity::kFull}});
-  recompute->method = r.Enum<RecomputeMethod>(
-      "method", recompute->method,
-      {{"uniform", RecomputeMethod::kUniform}, {"block", RecomputeMethod::kBlock}},
-      &recompute->method_set);
+  recompute->granularity = r.Enum("granularity", recompute->granularity, kGranularityNames);
+  recompute->method = r.Enum("method", recompute->method, kMethodNames, &recompute->method_set);
   recompute->num_layers = r.Int("num_layers", recompute->num_layers, 1, 1 << 20);
-  recompute->unit = r.Enum<RecomputeUnit>(
-      "unit", recompute->unit,
-      {{"segment", RecomputeUnit::kSegment}, {"chunk", RecomputeUnit::kChunk}});
+  recompute->unit = r.Enum("unit", recompute->unit, kUnitNames);
   r.RejectUnknown("granularity, method, num_layers, unit");
 }
 
@@ -365,7 +343,7 @@ void ReadModel(TableReader& r, ModelConfig* m) {
   m->rope_theta = r.Float("rope_theta", m->rope_theta, 1.0, kMaxDouble);
   m->init_std = r.Float("init_std", m->init_std, 0.0, 10.0, /*min_exclusive=*/true);
   m->dropout = r.Float("dropout", m->dropout, 0.0, 0.99);
-  m->dispatcher = r.Enum<Dispatcher>("dispatcher", m->dispatcher, kDispatchers);
+  m->dispatcher = r.Enum("dispatcher", m->dispatcher, kDispatcherNames);
   r.RejectUnknown(
       "hidden, heads, layers, first_k_dense, experts, topk, moe_ffn, ffn, vocab, seq_len, "
       "mtp_layers, mtp_loss_scale, aux_loss_coeff, norm_eps, rope_theta, init_std, dropout, "
@@ -373,8 +351,7 @@ void ReadModel(TableReader& r, ModelConfig* m) {
 }
 
 void ReadParallel(TableReader& r, ParallelConfig* p) {
-  p->device = r.Enum<DeviceKind>("device", p->device,
-                                 {{"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}});
+  p->device = r.Enum("device", p->device, kDeviceNames);
   p->ep = r.Int("ep", p->ep, 1, 256);
   p->threads = r.Int("threads", p->threads, 1, 256);
   p->timeout_seconds = r.Float("timeout_s", p->timeout_seconds, 1.0, 7 * 24 * 3600.0);
@@ -386,13 +363,11 @@ void ReadTrain(TableReader& r, TrainConfig* t) {
   t->global_batch = r.Int("global_batch", t->global_batch, 1, 1 << 24);
   t->iterations = r.Int("iterations", t->iterations, 1, 10000000);
   t->seed = static_cast<uint64_t>(r.Int("seed", static_cast<int64_t>(t->seed), 0, kMaxInt));
-  r.Enum<int>("optimizer", 0, {{"adam", 0}});
+  r.Enum("optimizer", 0, kOptimizerNames);
   t->lr = r.Float("lr", t->lr, 0.0, 1e3, /*min_exclusive=*/true);
   t->min_lr = r.Float("min_lr", t->min_lr, 0.0, 1e3);
   t->warmup_iterations = r.Int("warmup_iterations", t->warmup_iterations, 0, kMaxInt);
-  t->lr_schedule =
-      r.Enum<LrSchedule>("lr_schedule", t->lr_schedule,
-                         {{"constant", LrSchedule::kConstant}, {"cosine", LrSchedule::kCosine}});
+  t->lr_schedule = r.Enum("lr_schedule", t->lr_schedule, kLrScheduleNames);
   t->adam_beta1 = r.Float("adam_beta1", t->adam_beta1, 0.0, 0.999999);
   t->adam_beta2 = r.Float("adam_beta2", t->adam_beta2, 0.0, 0.999999);
   t->adam_eps = r.Float("adam_eps", t->adam_eps, 0.0, 1.0, /*min_exclusive=*/true);
@@ -606,8 +581,8 @@ ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recip
   const std::string where = "[arms." + name + "]";
   TableReader r(table, where, diag);
   if (!r.Has("engine")) r.Error("engine", "must be set (\"reference\" or \"overlap\")");
-  arm.engine = r.Enum<EngineKind>("engine", EngineKind::kReference, kEngines);
-  arm.dispatcher = r.Enum<Dispatcher>("dispatcher", arm.dispatcher, kDispatchers);
+  arm.engine = r.Enum("engine", EngineKind::kReference, kEngineNames);
+  arm.dispatcher = r.Enum("dispatcher", arm.dispatcher, kDispatcherNames);
   if (const toml::table* t = r.SubTable("recompute")) {
     arm.recompute_table = where.substr(0, where.size() - 1) + ".recompute]";
     TableReader sub(t, arm.recompute_table, diag);

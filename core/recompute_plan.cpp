@@ -57,4 +57,28 @@ RecomputePlan BuildRecomputePlan(const RecomputeConfig& recompute, int64_t decod
   return plan;
 }
 
+namespace {
+
+std::string LayerLabel(int64_t layer, int64_t decoder_layers) {
+  return layer < decoder_layers ? std::to_string(layer)
+                                : "mtp" + std::to_string(layer - decoder_layers);
+}
+
+}  // namespace
+
+std::string FormatSegment(const LayerSegment& segment, int64_t decoder_layers) {
+  std::string out = "[" + LayerLabel(segment.first_layer, decoder_layers);
+  if (segment.num_layers > 1) out += "-" + LayerLabel(segment.last_layer(), decoder_layers);
+  return out + "]";
+}
+
+std::string FormatSegments(const RecomputePlan& plan, int64_t decoder_layers) {
+  if (plan.segments.empty()) return "none";
+  std::string out;
+  for (const LayerSegment& s : plan.segments) {
+    out += (out.empty() ? "" : " ") + FormatSegment(s, decoder_layers);
+  }
+  return out;
+}
+
 }  // namespace bitparity

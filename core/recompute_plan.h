@@ -37,6 +37,12 @@ struct RecomputePlan {
   const LayerSegment* SegmentStartingAt(int64_t layer) const;
 };
 
+// A segment as every command prints it: "[3]" (one decoder layer), "[0-1]", "[mtp0]" (MTP depth
+// 0), "[0-mtp0]" (a whole chunk, decoder and MTP layers).
+std::string FormatSegment(const LayerSegment& segment, int64_t decoder_layers);
+// The plan's segments separated by spaces, or "none".
+std::string FormatSegments(const RecomputePlan& plan, int64_t decoder_layers);
+
 // Throws InputError when the configuration breaks a rule (method or num_layers missing under
 // full recompute, uniform with MTP and num_layers != 1).
 RecomputePlan BuildRecomputePlan(const RecomputeConfig& recompute, int64_t decoder_layers,

@@ -9,9 +9,12 @@
 #include <filesystem>
 #include <functional>
 #include <sstream>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 #include "core/errors.h"
+#include "core/trace_keys.h"
 
 namespace bitparity {
 
@@ -77,6 +80,55 @@ std::string JoinShape(const std::vector<int64_t>& shape) {
   for (size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
   return out;
 }
+
+// HDF5 file and memory types of one column's element type.
+template <typename T>
+struct ColumnType;
+template <>
+struct ColumnType<float> {
+  static hid_t File() { return H5T_IEEE_F32LE; }
+  static hid_t Memory() { return H5T_NATIVE_FLOAT; }
+  static constexpr H5T_class_t kClass = H5T_FLOAT;
+};
+template <>
+struct ColumnType<double> {
+  static hid_t File() { return H5T_IEEE_F64LE; }
+  static hid_t Memory() { return H5T_NATIVE_DOUBLE; }
+  static constexpr H5T_class_t kClass = H5T_FLOAT;
+};
+template <>
+struct ColumnType<int64_t> {
+  static hid_t File() { return H5T_STD_I64LE; }
+  static hid_t Memory() { return H5T_NATIVE_INT64; }
+  static constexpr H5T_class_t kClass = H5T_INTEGER;
+};
+
+// One scalar per-iteration column: its dataset under rank_<r>/, the IterationRecord member it
+// holds, and whether a trace may lack it (a reported-only record that older traces lack reads as
+// zeros). A new column is one line here (and one in docs/trace-format.md).
+struct IterationColumn {
+  const char* name;
+  std::variant<float IterationRecord::*, double IterationRecord::*, int64_t IterationRecord::*>
+      member;
+  bool optional;
+};
+
+constexpr IterationColumn kIterationColumns[] = {
+    {"iteration", &IterationRecord::iteration, false},
+    {"loss", &IterationRecord::loss, false},
+    {"lm_loss", &IterationRecord::lm_loss, false},
+    {"mtp_loss", &IterationRecord::mtp_loss, false},
+    {"aux_loss", &IterationRecord::aux_loss, false},
+    {"grad_norm", &IterationRecord::grad_norm, false},
+    {"learning_rate", &IterationRecord::learning_rate, false},
+    {"peak_bytes", &IterationRecord::peak_bytes, false},
+    {"end_bytes", &IterationRecord::end_bytes, false},
+    {"step_seconds", &IterationRecord::step_seconds, false},
+    {"comm_seconds", &IterationRecord::comm_seconds, true},
+    {"comm_exposed_seconds", &IterationRecord::comm_exposed_seconds, true},
+    {"record_seconds", &IterationRecord::record_seconds, true},
+    {"comm_count", &IterationRecord::comm_count, true},
+};
 
 // ---------------------------------------------------------------------------------------------
 // Writing
@@ -176,9 +228,6 @@ class Writer {
     StringDataset(group.get(), "param_shapes", shapes);
 
     const size_t n = rank.iterations.size();
-    std::vector<int64_t> iteration(n), peak(n), end(n), comm_count(n);
-    std::vector<float> loss(n), lm(n), mtp(n), aux(n);
-    std::vector<double> norm(n), lr(n), seconds(n), comm(n), exposed(n), record(n);
     std::vector<uint64_t> grad_digest(n * params), param_digest(n * params);
     for (size_t i = 0; i < n; ++i) {
       const IterationRecord& r = rank.iterations[i];
@@ -187,38 +236,21 @@ class Writer {
                                   " of rank " + std::to_string(rank.rank) +
                                   " has the wrong number of digests");
       }
-      iteration[i] = r.iteration;
-      loss[i] = r.loss;
-      lm[i] = r.lm_loss;
-      mtp[i] = r.mtp_loss;
-      aux[i] = r.aux_loss;
-      norm[i] = r.grad_norm;
-      lr[i] = r.learning_rate;
-      peak[i] = r.peak_bytes;
-      end[i] = r.end_bytes;
-      seconds[i] = r.step_seconds;
-      comm[i] = r.comm_seconds;
-      exposed[i] = r.comm_exposed_seconds;
-      record[i] = r.record_seconds;
-      comm_count[i] = r.comm_count;
       std::copy(r.grad_digests.begin(), r.grad_digests.end(), grad_digest.begin() + i * params);
       std::copy(r.param_digests.begin(), r.param_digests.end(), param_digest.begin() + i * params);
     }
     const hid_t g = group.get();
-    Dataset(g, "iteration", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64, iteration.data());
-    Dataset(g, "loss", {n}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, loss.data());
-    Dataset(g, "lm_loss", {n}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, lm.data());
-    Dataset(g, "mtp_loss", {n}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, mtp.data());
-    Dataset(g, "aux_loss", {n}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, aux.data());
-    Dataset(g, "grad_norm", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, norm.data());
-    Dataset(g, "learning_rate", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, lr.data());
-    Dataset(g, "peak_bytes", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64, peak.data());
-    Dataset(g, "end_bytes", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64, end.data());
-    Dataset(g, "step_seconds", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, seconds.data());
-    Dataset(g, "comm_seconds", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, comm.data());
-    Dataset(g, "comm_exposed_seconds", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, exposed.data());
-    Dataset(g, "record_seconds", {n}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, record.data());
-    Dataset(g, "comm_count", {n}, H5T_STD_I64LE, H5T_NATIVE_INT64, comm_count.data());
+    for (const IterationColumn& column : kIterationColumns) {
+      std::visit(
+          [&](auto member) {
+            using T = std::remove_reference_t<decltype(IterationRecord{}.*member)>;
+            std::vector<T> values(n);
+            for (size_t i = 0; i < n; ++i) values[i] = rank.iterations[i].*member;
+            Dataset(g, column.name, {n}, ColumnType<T>::File(), ColumnType<T>::Memory(),
+                    values.data());
+          },
+          column.member);
+    }
     Dataset(g, "grad_digest", {n, params}, H5T_STD_U64LE, H5T_NATIVE_UINT64, grad_digest.data());
     Dataset(g, "param_digest", {n, params}, H5T_STD_U64LE, H5T_NATIVE_UINT64, param_digest.data());
 
@@ -470,55 +502,33 @@ class Reader {
     std::vector<hsize_t> dims = Dims(iteration_set.get(), "iteration");
     if (dims.size() != 1) Fail(group_name + "/iteration must be one-dimensional");
     const hsize_t n = dims[0];
-    auto iteration = Read<int64_t>(g, "iteration", H5T_NATIVE_INT64, H5T_INTEGER, {n});
-    auto loss = Read<float>(g, "loss", H5T_NATIVE_FLOAT, H5T_FLOAT, {n});
-    auto lm = Read<float>(g, "lm_loss", H5T_NATIVE_FLOAT, H5T_FLOAT, {n});
-    auto mtp = Read<float>(g, "mtp_loss", H5T_NATIVE_FLOAT, H5T_FLOAT, {n});
-    auto aux = Read<float>(g, "aux_loss", H5T_NATIVE_FLOAT, H5T_FLOAT, {n});
-    auto norm = Read<double>(g, "grad_norm", H5T_NATIVE_DOUBLE, H5T_FLOAT, {n});
-    auto lr = Read<double>(g, "learning_rate", H5T_NATIVE_DOUBLE, H5T_FLOAT, {n});
-    auto peak = Read<int64_t>(g, "peak_bytes", H5T_NATIVE_INT64, H5T_INTEGER, {n});
-    auto end = Read<int64_t>(g, "end_bytes", H5T_NATIVE_INT64, H5T_INTEGER, {n});
-    auto seconds = Read<double>(g, "step_seconds", H5T_NATIVE_DOUBLE, H5T_FLOAT, {n});
-    // Reported-only records that older traces lack read as zeros.
-    auto optional = [&](auto zero, const char* name, hid_t memory_type, H5T_class_t cls) {
-      using T = decltype(zero);
-      return H5Lexists(g, name, H5P_DEFAULT) > 0 ? Read<T>(g, name, memory_type, cls, {n})
-                                                 : std::vector<T>(n, zero);
-    };
-    auto comm = optional(0.0, "comm_seconds", H5T_NATIVE_DOUBLE, H5T_FLOAT);
-    auto exposed = optional(0.0, "comm_exposed_seconds", H5T_NATIVE_DOUBLE, H5T_FLOAT);
-    auto record = optional(0.0, "record_seconds", H5T_NATIVE_DOUBLE, H5T_FLOAT);
-    auto comm_count = optional(int64_t{0}, "comm_count", H5T_NATIVE_INT64, H5T_INTEGER);
+    std::vector<IterationRecord> records(n);
+    for (const IterationColumn& column : kIterationColumns) {
+      std::visit(
+          [&](auto member) {
+            using T = std::remove_reference_t<decltype(IterationRecord{}.*member)>;
+            if (column.optional && H5Lexists(g, column.name, H5P_DEFAULT) <= 0) return;
+            std::vector<T> values =
+                Read<T>(g, column.name, ColumnType<T>::Memory(), ColumnType<T>::kClass, {n});
+            for (hsize_t i = 0; i < n; ++i) records[i].*member = values[i];
+          },
+          column.member);
+    }
     auto grad_digest =
         Read<uint64_t>(g, "grad_digest", H5T_NATIVE_UINT64, H5T_INTEGER, {n, params}, H5T_SGN_NONE);
     auto param_digest = Read<uint64_t>(g, "param_digest", H5T_NATIVE_UINT64, H5T_INTEGER,
                                        {n, params}, H5T_SGN_NONE);
     for (hsize_t i = 0; i < n; ++i) {
-      IterationRecord r;
-      r.iteration = iteration[i];
-      if (i > 0 && r.iteration <= iteration[i - 1]) {
+      IterationRecord& r = records[i];
+      if (i > 0 && r.iteration <= records[i - 1].iteration) {
         Fail(group_name + "/iteration is not strictly increasing");
       }
-      r.loss = loss[i];
-      r.lm_loss = lm[i];
-      r.mtp_loss = mtp[i];
-      r.aux_loss = aux[i];
-      r.grad_norm = norm[i];
-      r.learning_rate = lr[i];
-      r.peak_bytes = peak[i];
-      r.end_bytes = end[i];
-      r.step_seconds = seconds[i];
-      r.comm_seconds = comm[i];
-      r.comm_exposed_seconds = exposed[i];
-      r.record_seconds = record[i];
-      r.comm_count = comm_count[i];
       r.grad_digests.assign(grad_digest.begin() + i * params,
                             grad_digest.begin() + (i + 1) * params);
       r.param_digests.assign(param_digest.begin() + i * params,
                              param_digest.begin() + (i + 1) * params);
-      rank.iterations.push_back(std::move(r));
     }
+    rank.iterations = std::move(records);
 
     if (H5Lexists(g, "memory_timeline", H5P_DEFAULT) > 0) {
       Hid timeline = OpenGroup(g, "memory_timeline");
@@ -636,7 +646,7 @@ Trace ReadTrace(const std::string& path, bool require_complete) {
       reader.Fail("rank records are not numbered 0.." + std::to_string(trace.ranks.size() - 1));
     }
   }
-  const std::string& world = trace.attribute("world_size");
+  const std::string& world = trace.attribute(trace_keys::kWorldSize);
   if (!world.empty() && world != std::to_string(trace.ranks.size())) {
     reader.Fail("holds " + std::to_string(trace.ranks.size()) + " rank(s) but its world_size is " +
                 world + " (an incomplete trace?)");

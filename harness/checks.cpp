@@ -4,26 +4,44 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <utility>
 
+#include "core/enum_names.h"
 #include "core/float_bits.h"
+#include "core/trace_keys.h"
 
 namespace bitparity {
 
-const char* ToString(Verdict verdict) {
-  switch (verdict) {
-    case Verdict::kPass:
-      return "pass";
-    case Verdict::kFail:
-      return "fail";
-    case Verdict::kSkipped:
-      return "skipped";
-    case Verdict::kError:
-      return "error";
-  }
-  return "?";
-}
+namespace {
+
+constexpr EnumName<Verdict> kVerdictNames[] = {{Verdict::kPass, "pass"},
+                                               {Verdict::kFail, "fail"},
+                                               {Verdict::kSkipped, "skipped"},
+                                               {Verdict::kError, "error"}};
+constexpr EnumName<CheckKind> kCheckKindNames[] = {{CheckKind::kReproduces, "reproduces"},
+                                                   {CheckKind::kLoss, "loss"},
+                                                   {CheckKind::kGradients, "gradients"},
+                                                   {CheckKind::kParameters, "parameters"},
+                                                   {CheckKind::kMemoryModel, "memory_model"},
+                                                   {CheckKind::kMemory, "memory"},
+                                                   {CheckKind::kGolden, "golden"},
+                                                   {CheckKind::kRun, "run"},
+                                                   {CheckKind::kCell, "cell"}};
+
+}  // namespace
+
+const char* ToString(Verdict verdict) { return NameIn(kVerdictNames, verdict); }
+const char* ToString(CheckKind kind) { return NameIn(kCheckKindNames, kind); }
 
 namespace {
+
+CheckResult NewCheck(CheckKind kind, const std::string& arm, std::string name) {
+  CheckResult result;
+  result.kind = kind;
+  result.arm = arm;
+  result.name = std::move(name);
+  return result;
+}
 
 std::string Number(double v) {
   char buffer[64];
@@ -45,6 +63,8 @@ bool Within(double a, double b, uint64_t ulps, const Tolerance& t) {
 
 // Applies a bitwise comparison to `result`.
 void FromComparison(const TraceComparison& c, CheckResult* result, const std::string& what) {
+  result->compared_records = c.compared_records;
+  result->differing_records = c.differing_records;
   result->figures["compared_records"] = c.compared_records;
   result->figures["differing_records"] = c.differing_records;
   if (c.identical) {
@@ -101,14 +121,14 @@ bool SameShape(const Trace& a, const Trace& b, CheckResult* result) {
 }  // namespace
 
 CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trace*>& runs) {
-  CheckResult result;
-  result.name = arm + " reproduces itself";
+  CheckResult result = NewCheck(CheckKind::kReproduces, arm, arm + " reproduces itself");
   result.figures["runs"] = runs.size();
   for (size_t k = 1; k < runs.size(); ++k) {
     TraceComparison c = CompareTraces(*runs[0], *runs[k]);
     FromComparison(c, &result, "records in each of " + std::to_string(runs.size()) + " runs");
     if (result.verdict == Verdict::kFail) {
       result.summary = "run " + std::to_string(k + 1) + " differs from run 1: " + result.summary;
+      result.differing_run = static_cast<int64_t>(k + 1);
       result.figures["differing_run"] = k + 1;
       return result;
     }
@@ -118,8 +138,7 @@ CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trac
 
 CheckResult CheckLosses(const std::string& arm, const Trace& a, const std::string& baseline,
                         const Trace& b, const Tolerance& policy) {
-  CheckResult result;
-  result.name = arm + " vs " + baseline + ": loss";
+  CheckResult result = NewCheck(CheckKind::kLoss, arm, arm + " vs " + baseline + ": loss");
   result.figures["policy"] = policy.Describe();
   if (!SameShape(a, b, &result)) return result;
   if (policy.bitwise()) {
@@ -152,8 +171,8 @@ CheckResult CheckLosses(const std::string& arm, const Trace& a, const std::strin
 
 CheckResult CheckGradients(const std::string& arm, const Trace& a, const std::string& baseline,
                            const Trace& b, const Tolerance& policy) {
-  CheckResult result;
-  result.name = arm + " vs " + baseline + ": gradients";
+  CheckResult result =
+      NewCheck(CheckKind::kGradients, arm, arm + " vs " + baseline + ": gradients");
   result.figures["policy"] = policy.Describe();
   if (!SameShape(a, b, &result)) return result;
   if (policy.bitwise()) {
@@ -208,8 +227,8 @@ CheckResult CheckGradients(const std::string& arm, const Trace& a, const std::st
 
 CheckResult CheckParameters(const std::string& arm, const Trace& a, const std::string& baseline,
                             const Trace& b, const Tolerance& policy) {
-  CheckResult result;
-  result.name = arm + " vs " + baseline + ": parameters";
+  CheckResult result =
+      NewCheck(CheckKind::kParameters, arm, arm + " vs " + baseline + ": parameters");
   result.figures["policy"] = policy.Describe();
   if (!SameShape(a, b, &result)) return result;
   if (policy.bitwise()) {
@@ -237,7 +256,7 @@ int64_t RankPeakBytes(const RankTrace& rank) {
 }
 
 int64_t PredictedPeakBytes(const RankTrace& rank) {
-  auto it = rank.attributes.find("memory_model.predicted_peak_bytes");
+  auto it = rank.attributes.find(trace_keys::kMemoryModelPredictedPeakBytes);
   if (it == rank.attributes.end()) return -1;
   try {
     return std::stoll(it->second);
@@ -247,8 +266,7 @@ int64_t PredictedPeakBytes(const RankTrace& rank) {
 }
 
 CheckResult CheckMemoryModel(const std::string& arm, const Trace& trace, double tolerance) {
-  CheckResult result;
-  result.name = arm + ": peak memory vs model";
+  CheckResult result = NewCheck(CheckKind::kMemoryModel, arm, arm + ": peak memory vs model");
   result.figures["tolerance"] = tolerance;
   double worst = 0;
   std::ostringstream summary;
@@ -265,8 +283,8 @@ CheckResult CheckMemoryModel(const std::string& arm, const Trace& trace, double 
         {{"measured_bytes", measured},
          {"predicted_bytes", predicted},
          {"relative_error", error},
-         {"predicted_phase", rank.attributes.count("memory_model.peak_phase")
-                                 ? rank.attributes.at("memory_model.peak_phase")
+         {"predicted_phase", rank.attributes.count(trace_keys::kMemoryModelPeakPhase)
+                                 ? rank.attributes.at(trace_keys::kMemoryModelPeakPhase)
                                  : ""}});
     if (std::fabs(error) > std::fabs(worst)) worst = error;
     char line[160];
@@ -286,8 +304,7 @@ std::string MemoryCheckName(const MemoryBound& bound) {
 }
 
 CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak_of) {
-  CheckResult result;
-  result.name = MemoryCheckName(bound);
+  CheckResult result = NewCheck(CheckKind::kMemory, bound.arm, MemoryCheckName(bound));
   const double ratio = peak_of > 0 ? static_cast<double>(peak_arm) / peak_of : 0.0;
   result.figures["peak_bytes"] = peak_arm;
   result.figures["reference_peak_bytes"] = peak_of;
@@ -303,21 +320,20 @@ CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak
 
 CheckResult CheckGolden(const std::string& arm, const Trace& run, const Trace* golden,
                         const std::string& skip_reason) {
-  CheckResult result;
-  result.name = "golden: " + arm;
+  CheckResult result = NewCheck(CheckKind::kGolden, arm, "golden: " + arm);
   if (!skip_reason.empty() || !golden) {
     result.verdict = Verdict::kSkipped;
     result.summary = skip_reason;
     return result;
   }
-  if (golden->attribute("recipe") != run.attribute("recipe")) {
+  if (golden->attribute(trace_keys::kRecipe) != run.attribute(trace_keys::kRecipe)) {
     result.verdict = Verdict::kFail;
     result.summary =
         "the golden was recorded from a different recipe text; regenerate it with --update-golden";
     return result;
   }
-  result.figures["golden_git_revision"] = golden->attribute("golden.git_revision");
-  result.figures["golden_created_utc"] = golden->attribute("golden.created_utc");
+  result.figures["golden_git_revision"] = golden->attribute(trace_keys::kGoldenGitRevision);
+  result.figures["golden_created_utc"] = golden->attribute(trace_keys::kGoldenCreatedUtc);
   FromComparison(CompareTraces(*golden, run), &result, "records match the golden");
   return result;
 }

@@ -20,13 +20,33 @@ namespace bitparity {
 enum class Verdict { kPass, kFail, kSkipped, kError };
 const char* ToString(Verdict verdict);
 
+// What a check is about; the harness finds a check by its kind and arm, never by its name.
+enum class CheckKind {
+  kReproduces,   // an arm's runs agree bit for bit
+  kLoss,         // arm vs baseline: loss records
+  kGradients,    // arm vs baseline: gradient records
+  kParameters,   // arm vs baseline: parameter records
+  kMemoryModel,  // an arm's measured peak vs its memory model
+  kMemory,       // an arm's peak vs another arm's, under a bound
+  kGolden,       // the baseline vs its golden
+  kRun,          // one run of an arm could not finish (an infrastructure fault)
+  kCell,         // a matrix cell that could not run
+};
+const char* ToString(CheckKind kind);
+
 struct CheckResult {
-  std::string name;  // e.g. "overlap vs reference: gradients"
+  CheckKind kind = CheckKind::kRun;
+  std::string arm;   // the arm checked (for kMemory: the bounded arm)
+  std::string name;  // for people, e.g. "overlap vs reference: gradients"
   Verdict verdict = Verdict::kPass;
-  std::string summary;  // one line
-  std::string details;  // what differs, localization
-  nlohmann::json figures = nlohmann::json::object();
-  std::optional<Difference> difference;  // the first difference, for localization
+  std::string summary;                                // one line
+  std::string details;                                // what differs, localization
+  nlohmann::json figures = nlohmann::json::object();  // every figure, for the JSON report
+  std::optional<Difference> difference;               // the first difference, for localization
+  // Record comparisons (kReproduces, kLoss, kGradients, kParameters, kGolden, when bitwise).
+  int64_t compared_records = 0;
+  int64_t differing_records = 0;
+  int64_t differing_run = 0;  // kReproduces that failed: the first run (1-based) unlike run 1
 };
 
 // Every record of every iteration and rank bit-identical between the runs (memory and time are

@@ -7,6 +7,7 @@
 #include "core/determinism.h"
 #include "core/digest.h"
 #include "core/provenance.h"
+#include "core/trace_keys.h"
 
 namespace bitparity {
 namespace {
@@ -50,13 +51,13 @@ Fingerprint LocalFingerprint(const Recipe& recipe) {
 
 Fingerprint TraceFingerprint(const Trace& trace) {
   std::map<std::string, std::string> provenance;
-  const std::string prefix = "provenance.";
+  const std::string prefix = trace_keys::kProvenancePrefix;
   for (const auto& [key, value] : trace.ranks.at(0).attributes) {
     if (key.rfind(prefix, 0) == 0) provenance[key.substr(prefix.size())] = value;
   }
   int64_t threads = 0, world = static_cast<int64_t>(trace.ranks.size());
   try {
-    threads = std::stoll(trace.attribute("threads_per_rank"));
+    threads = std::stoll(trace.attribute(trace_keys::kThreadsPerRank));
   } catch (const std::exception&) {
     threads = 0;
   }

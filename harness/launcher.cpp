@@ -19,6 +19,7 @@
 
 #include "core/errors.h"
 #include "core/trace.h"
+#include "core/trace_keys.h"
 #include "harness/process.h"
 
 namespace bitparity {
@@ -26,24 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-int FreeLoopbackPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw InfrastructureError("cannot create a socket to find a free port");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    throw InfrastructureError("cannot find a free loopback port");
-  }
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
 
 std::string LogTail(const std::string& path, size_t lines) {
   std::ifstream in(path);
@@ -82,26 +65,6 @@ class LogFollower {
   size_t offset_ = 0;
   std::string pending_;
 };
-
-bool ParseProgress(const std::string& line, ProgressEvent* event) {
-  if (line.rfind("@progress ", 0) != 0) return false;
-  std::istringstream in(line.substr(10));
-  std::string field;
-  while (in >> field) {
-    size_t eq = field.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = field.substr(0, eq), value = field.substr(eq + 1);
-    try {
-      if (key == "iteration") event->iteration = std::stoll(value);
-      if (key == "iterations") event->iterations = std::stoll(value);
-      if (key == "loss") event->loss = std::stod(value);
-      if (key == "step_seconds") event->step_seconds = std::stod(value);
-    } catch (const std::exception&) {
-      return false;
-    }
-  }
-  return true;
-}
 
 struct RankStatus {
   bool finished = false;
@@ -153,9 +116,7 @@ int64_t Culprit(const std::vector<RankStatus>& ranks) {
 }
 
 std::string RankPartPath(const fs::path& dir, int64_t rank) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "rank_%05lld.h5", static_cast<long long>(rank));
-  return (dir / name).string();
+  return (dir / RankPartFileName(rank)).string();
 }
 
 }  // namespace
@@ -163,7 +124,7 @@ std::string RankPartPath(const fs::path& dir, int64_t rank) {
 Trace MergeTraceParts(const std::string& parts_dir) {
   if (!fs::is_directory(parts_dir)) throw InputError(parts_dir + ": not a directory");
   Trace first = ReadTrace(RankPartPath(parts_dir, 0), /*require_complete=*/false);
-  const std::string& world_text = first.attribute("world_size");
+  const std::string& world_text = first.attribute(trace_keys::kWorldSize);
   int64_t world = 0;
   try {
     world = std::stoll(world_text);
@@ -178,7 +139,7 @@ Trace MergeTraceParts(const std::string& parts_dir) {
     if (part.ranks.size() != 1 || part.ranks[0].rank != r) {
       throw InputError(path + ": is not the part of rank " + std::to_string(r));
     }
-    for (const char* key : {"recipe", "arm", "world_size"}) {
+    for (const char* key : {trace_keys::kRecipe, trace_keys::kArm, trace_keys::kWorldSize}) {
       if (part.attribute(key) != merged.attribute(key)) {
         throw InputError(path + ": its " + key + " differs from rank 0's part");
       }
@@ -224,10 +185,9 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
     fs::remove(logs.back(), ec);
     ProcessOptions process;
     process.executable = options.executable;
-    process.arguments = {"worker",    "--recipe",  options.recipe_path, "--arm",
-                         options.arm, "--out-dir", parts.string()};
-    process.arguments.insert(process.arguments.end(), options.worker_arguments.begin(),
-                             options.worker_arguments.end());
+    WorkerRequest request = options.worker;
+    request.out_dir = parts.string();
+    process.arguments = WorkerArguments(request);
     process.set_environment = {{"RANK", std::to_string(r)},
                                {"WORLD_SIZE", std::to_string(world)},
                                {"LOCAL_RANK", std::to_string(r)},
@@ -255,8 +215,8 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
       if (children[r].Poll()) Decode(children[r].wait_status(), &status[r]);
     }
     progress.Poll([&](const std::string& line) {
-      ProgressEvent event;
-      if (options.on_progress && ParseProgress(line, &event)) options.on_progress(event);
+      if (!options.on_progress) return;
+      if (std::optional<ProgressEvent> event = ParseProgressLine(line)) options.on_progress(*event);
     });
   };
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
@@ -319,7 +279,7 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
     } else {
       msg << "rank " << culprit << " " << status[culprit].Describe();
     }
-    msg << " (arm '" << options.arm << "', " << world << " rank(s), after " << result.seconds
+    msg << " (arm '" << options.worker.arm << "', " << world << " rank(s), after " << result.seconds
         << " s)\n";
     for (int64_t r = 0; r < world; ++r) {
       if (r != culprit) msg << "  rank " << r << " " << status[r].Describe() << "\n";
@@ -330,19 +290,36 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
     return result;
   }
 
-  Trace merged;
   try {
-    merged = MergeTraceParts(parts.string());
+    result.trace = MergeTraceParts(parts.string());
   } catch (const InputError& e) {
     result.exit_code = kExitInfrastructure;
     result.failure =
         std::string("every rank exited 0 but the trace parts are unusable: ") + e.what();
     return result;
   }
-  for (const auto& [key, value] : options.trace_attributes) merged.attributes[key] = value;
-  WriteTrace(options.trace_path, merged);
+  for (const auto& [key, value] : options.trace_attributes) result.trace.attributes[key] = value;
+  WriteTrace(options.trace_path, result.trace);
   result.exit_code = kExitPass;
   return result;
+}
+
+int FreeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw InfrastructureError("cannot create a socket to find a free port");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    throw InfrastructureError("cannot find a free loopback port");
+  }
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
 }
 
 }  // namespace bitparity

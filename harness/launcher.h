@@ -14,27 +14,20 @@
 #include <utility>
 #include <vector>
 
+#include "core/rank_protocol.h"
 #include "core/trace.h"
 
 namespace bitparity {
 
-struct ProgressEvent {
-  int64_t iteration = 0;
-  int64_t iterations = 0;
-  double loss = 0;
-  double step_seconds = 0;
-};
-
 struct LaunchOptions {
-  std::string executable;  // the bitparity binary (its hidden `worker` subcommand)
-  std::string recipe_path;
-  std::string arm;
+  std::string executable;  // the bitparity binary (its `worker` subcommand)
+  // What every rank is asked to do; the launcher sets out_dir to its own parts directory.
+  WorkerRequest worker;
   std::string trace_path;  // where the merged trace goes (written atomically)
   std::string log_dir;     // rank_<r>.log for every rank
   int64_t world_size = 1;
   double timeout_seconds = 300;
   std::vector<std::pair<std::string, std::string>> environment;  // extra variables for ranks
-  std::vector<std::string> worker_arguments;                     // e.g. --dump-at 3 --stop-after 3
   std::map<std::string, std::string> trace_attributes;           // added to the merged trace
   std::function<void(const ProgressEvent&)> on_progress;         // rank 0's progress lines
 };
@@ -44,11 +37,16 @@ struct LaunchResult {
   int64_t failed_rank = -1;
   std::string failure;  // what went wrong, with the failing rank's log tail
   double seconds = 0;
+  Trace trace;  // the merged trace, as written to trace_path, when exit_code is kExitPass
 };
 
 LaunchResult LaunchArm(const LaunchOptions& options);
 
-// Merges the per-rank trace parts in `parts_dir` (rank_<r>.h5, written by rank processes) into
+// A TCP port on the loopback interface that nothing listens on at this moment (the OS's pick).
+// InfrastructureError when no socket can be made.
+int FreeLoopbackPort();
+
+// Merges the per-rank trace parts in `parts_dir` (RankPartFileName, written by rank processes) into
 // one trace: rank 0's attributes, every rank's records. InputError if a part is missing,
 // unreadable, or belongs to another world.
 Trace MergeTraceParts(const std::string& parts_dir);

@@ -12,8 +12,10 @@
 #include <sstream>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/errors.h"
 #include "core/recipe.h"
+#include "core/recipe_edit.h"
 #include "harness/report.h"
 #include "harness/run_command.h"
 
@@ -38,50 +40,45 @@ std::string ReadText(const std::string& path) {
   return out.str();
 }
 
-toml::table& Table(toml::table& root, const char* name) {
-  if (!root.contains(name)) root.insert(name, toml::table{});
-  return *root[name].as_table();
-}
-
-// Applies one axis value to a recipe table; InputError for a value the axis cannot take.
-void Apply(toml::table& recipe, const std::string& axis, const std::string& value,
-           const std::string& where) {
-  if (axis == "precision") {
-    Table(recipe, "precision").insert_or_assign("recipe", value);
-  } else if (axis == "dispatcher") {
-    Table(recipe, "model").insert_or_assign("dispatcher", value);
-  } else if (axis == "mtp_layers") {
+// The recipe edits of one axis value; InputError for a value the axis cannot take.
+std::vector<RecipeEdit> AxisEdits(const std::string& axis, const std::string& value,
+                                  const std::string& where) {
+  if (axis == "precision") return {{"precision.recipe", value}};
+  if (axis == "dispatcher") return {{"model.dispatcher", value}};
+  if (axis == "mtp_layers") {
     try {
-      Table(recipe, "model").insert_or_assign("mtp_layers", std::stoll(value));
+      return {{"model.mtp_layers", static_cast<int64_t>(std::stoll(value))}};
     } catch (const std::exception&) {
       throw InputError(where + ": mtp_layers values must be integers, got '" + value + "'");
     }
-  } else if (axis == "recompute") {
-    toml::table r;
-    if (value == "none") {
-      r.insert("granularity", "none");
-    } else if (value == "chunk") {
-      r.insert("granularity", "full");
-      r.insert("unit", "chunk");
-    } else {
-      const size_t dash = value.find('-');
-      const std::string method = value.substr(0, dash);
-      long long k = 0;
-      try {
-        k = dash == std::string::npos ? 0 : std::stoll(value.substr(dash + 1));
-      } catch (const std::exception&) {
-        k = 0;
-      }
-      if ((method != "uniform" && method != "block") || k < 1) {
-        throw InputError(where + ": recompute values are none, chunk, uniform-K or block-K, got '" +
-                         value + "'");
-      }
-      r.insert("granularity", "full");
-      r.insert("method", method);
-      r.insert("num_layers", k);
-    }
-    recipe.insert_or_assign("recompute", r);
   }
+  // recompute: the whole [recompute] table is replaced.
+  std::vector<RecipeEdit> edits = {{"recompute", std::monostate()}};
+  if (value == "none") {
+    edits.push_back({"recompute.granularity", std::string("none")});
+    return edits;
+  }
+  if (value == "chunk") {
+    edits.push_back({"recompute.granularity", std::string("full")});
+    edits.push_back({"recompute.unit", std::string("chunk")});
+    return edits;
+  }
+  const size_t dash = value.find('-');
+  const std::string method = value.substr(0, dash);
+  long long k = 0;
+  try {
+    k = dash == std::string::npos ? 0 : std::stoll(value.substr(dash + 1));
+  } catch (const std::exception&) {
+    k = 0;
+  }
+  if ((method != "uniform" && method != "block") || k < 1) {
+    throw InputError(where + ": recompute values are none, chunk, uniform-K or block-K, got '" +
+                     value + "'");
+  }
+  edits.push_back({"recompute.granularity", std::string("full")});
+  edits.push_back({"recompute.method", method});
+  edits.push_back({"recompute.num_layers", static_cast<int64_t>(k)});
+  return edits;
 }
 
 std::string CellName(const std::vector<std::string>& axes,
@@ -166,22 +163,21 @@ Matrix LoadMatrix(const std::string& path) {
     }
   }
   // The base is a full recipe in its own right; each cell overrides the axes' keys.
-  LoadRecipe(m.base_path);
-  toml::table base_table = toml::parse(ReadText(m.base_path), m.base_path);
+  const std::string base_text = LoadRecipe(m.base_path).text;
   std::vector<size_t> index(m.axes.size(), 0);
   for (;;) {
     MatrixCell cell;
-    toml::table recipe = base_table;
+    std::vector<RecipeEdit> edits;
     for (size_t a = 0; a < m.axes.size(); ++a) {
       cell.values[m.axes[a]] = values[a][index[a]];
-      Apply(recipe, m.axes[a], values[a][index[a]], path);
+      for (RecipeEdit& e : AxisEdits(m.axes[a], values[a][index[a]], path)) {
+        edits.push_back(std::move(e));
+      }
     }
     cell.name = CellName(m.axes, cell.values);
-    recipe.insert_or_assign("name", m.name + "-" + cell.name);
-    std::ostringstream text;
-    text << "# Cell " << cell.name << " of " << path << ", expanded from " << m.base_path << "\n"
-         << recipe << "\n";
-    cell.recipe_text = text.str();
+    edits.push_back({"name", m.name + "-" + cell.name});
+    cell.recipe_text = "# Cell " + cell.name + " of " + path + ", expanded from " + m.base_path +
+                       "\n" + EditRecipe(base_text, edits, m.base_path);
     m.cells.push_back(std::move(cell));
     size_t a = m.axes.size();
     while (a > 0) {
@@ -234,14 +230,13 @@ int RunMatrix(const MatrixOptions& options, std::ostream& console) {
   fs::create_directories(out_dir);
 
   // Cells whose recipe breaks a rule cannot run: skipped, with the validation message.
-  std::vector<SuiteReport> suites(selected.size());
-  std::vector<int> exit_codes(selected.size(), kExitPass);
+  std::vector<RunReport> cells(selected.size());
   std::vector<std::string> paths(selected.size());
   std::vector<size_t> runnable;
   for (size_t i = 0; i < selected.size(); ++i) {
     const MatrixCell& cell = *selected[i];
-    suites[i].name = matrix.name + "." + cell.name;
-    suites[i].timestamp = UtcTimestamp();
+    cells[i].name = matrix.name + "." + cell.name;
+    cells[i].timestamp = UtcTimestamp(/*with_zone=*/false);
     const fs::path dir = fs::path(out_dir) / cell.name;
     fs::create_directories(dir);
     paths[i] = (dir / "recipe.toml").string();
@@ -251,10 +246,11 @@ int RunMatrix(const MatrixOptions& options, std::ostream& console) {
       runnable.push_back(i);
     } catch (const InputError& e) {
       CheckResult skipped;
+      skipped.kind = CheckKind::kCell;
       skipped.name = "cell";
       skipped.verdict = Verdict::kSkipped;
       skipped.summary = std::string("cannot run: ") + e.what();
-      suites[i].checks.push_back(skipped);
+      cells[i].checks.push_back(skipped);
     }
   }
 
@@ -275,7 +271,8 @@ int RunMatrix(const MatrixOptions& options, std::ostream& console) {
       run.quiet = true;
       run.command_line = options.command_line;
       std::ostringstream cell_console;
-      RunOutcome outcome;
+      RunReport outcome;
+      outcome.timestamp = UtcTimestamp(/*with_zone=*/false);
       try {
         outcome = RunRecipe(run, cell_console);
       } catch (const std::exception& e) {
@@ -283,23 +280,23 @@ int RunMatrix(const MatrixOptions& options, std::ostream& console) {
         const bool bad_input = dynamic_cast<const InputError*>(&e) != nullptr;
         outcome.exit_code = bad_input ? kExitBadInput : kExitInfrastructure;
         CheckResult error;
+        error.kind = CheckKind::kCell;
         error.name = "cell";
         error.verdict = Verdict::kError;
         error.summary = e.what();
-        outcome.suite.checks.push_back(error);
+        outcome.checks.push_back(error);
       }
       std::lock_guard<std::mutex> lock(mutex);
-      outcome.suite.name = suites[i].name;
-      suites[i] = outcome.suite;
-      exit_codes[i] = outcome.exit_code;
+      outcome.name = cells[i].name;
+      cells[i] = outcome;
       int failed = 0;
-      for (const CheckResult& c : outcome.suite.checks) {
+      for (const CheckResult& c : outcome.checks) {
         failed += c.verdict == Verdict::kFail || c.verdict == Verdict::kError;
       }
       char line[256];
       std::snprintf(line, sizeof(line), "  %-40s %s (%zu checks, %d failed, %.1f s)\n",
-                    selected[i]->name.c_str(), failed ? "FAIL" : "pass",
-                    outcome.suite.checks.size(), failed, outcome.suite.seconds);
+                    selected[i]->name.c_str(), failed ? "FAIL" : "pass", outcome.checks.size(),
+                    failed, outcome.seconds);
       console << line << std::flush;
       if (failed && !options.quiet) console << cell_console.str();
     }
@@ -319,8 +316,8 @@ int RunMatrix(const MatrixOptions& options, std::ostream& console) {
     }
     return static_cast<size_t>(it - columns.begin());
   };
-  for (const SuiteReport& s : suites) {
-    for (const CheckResult& c : s.checks) column_of(c.name);
+  for (const RunReport& cell : cells) {
+    for (const CheckResult& c : cell.checks) column_of(c.name);
   }
   nlohmann::json report;
   report["matrix"] = {{"name", matrix.name}, {"path", matrix.path}, {"base", matrix.base_path}};
@@ -335,11 +332,11 @@ int RunMatrix(const MatrixOptions& options, std::ostream& console) {
   for (size_t i = 0; i < selected.size(); ++i) {
     nlohmann::json cell = {{"name", selected[i]->name},
                            {"values", selected[i]->values},
-                           {"exit_code", exit_codes[i]},
-                           {"seconds", suites[i].seconds}};
+                           {"exit_code", cells[i].exit_code},
+                           {"seconds", cells[i].seconds}};
     std::string row(columns.size(), '-');
     nlohmann::json verdicts = nlohmann::json::object();
-    for (const CheckResult& c : suites[i].checks) {
+    for (const CheckResult& c : cells[i].checks) {
       const char mark = c.verdict == Verdict::kPass      ? 'P'
                         : c.verdict == Verdict::kFail    ? 'F'
                         : c.verdict == Verdict::kSkipped ? 'S'
@@ -354,17 +351,17 @@ int RunMatrix(const MatrixOptions& options, std::ostream& console) {
     table << line;
     for (char mark : row) table << ' ' << mark;
     table << "\n";
-    worst = std::max(worst, exit_codes[i]);
+    worst = std::max(worst, cells[i].exit_code);
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report["exit_code"] = worst;
   report["seconds"] = seconds;
-  WriteJunit((fs::path(out_dir) / "junit.xml").string(), suites);
-  WriteJson((fs::path(out_dir) / "report.json").string(), report);
-  const char* verdict = worst == kExitPass ? "PASS" : worst == kExitCheckFailed ? "FAIL" : "ERROR";
-  table << "result: " << verdict << " (exit " << worst << ") in " << static_cast<int>(seconds)
-        << " s; reports: " << out_dir << "/junit.xml, " << out_dir << "/report.json\n";
+  WriteFileAtomically((fs::path(out_dir) / "junit.xml").string(), JunitReport(cells));
+  WriteFileAtomically((fs::path(out_dir) / "report.json").string(), report.dump(2) + "\n");
+  table << "result: " << ResultWord(worst) << " (exit " << worst << ") in "
+        << static_cast<int>(seconds) << " s; reports: " << out_dir << "/junit.xml, " << out_dir
+        << "/report.json\n";
   console << table.str() << std::flush;
   return worst;
 }

@@ -49,9 +49,9 @@ struct Matrix {
   std::string name;
   std::string path;
   std::string base_path;
-  std::vector<std::string> axes;  // in file order
+  std::vector<std::string> axes;  // in name order (a TOML table has none); values in file order
   std::map<std::string, std::string> filters;
-  std::vector<MatrixCell> cells;  // the full cartesian product, in axis order
+  std::vector<MatrixCell> cells;  // the full cartesian product, the last axis varying fastest
 };
 
 // Reads and expands a matrix file; InputError names the file and key on bad input.

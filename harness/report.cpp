@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -10,17 +11,12 @@
 #include <fstream>
 #include <pugixml.hpp>
 #include <sstream>
+#include <utility>
 
 #include "core/errors.h"
+#include "harness/trace_compare.h"
 
 namespace bitparity {
-
-std::string UtcTimestamp() {
-  std::time_t now = std::time(nullptr);
-  char buffer[32];
-  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%S", std::gmtime(&now));
-  return buffer;
-}
 
 void WriteFileAtomically(const std::string& path, const std::string& text) {
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
@@ -42,7 +38,147 @@ void WriteFileAtomically(const std::string& path, const std::string& text) {
   }
 }
 
-void WriteJunit(const std::string& path, const std::vector<SuiteReport>& suites) {
+int ExitCodeOf(const std::vector<CheckResult>& checks) {
+  bool failed = false, errored = false;
+  for (const CheckResult& c : checks) {
+    failed |= c.verdict == Verdict::kFail;
+    errored |= c.verdict == Verdict::kError;
+  }
+  return errored ? kExitInfrastructure : failed ? kExitCheckFailed : kExitPass;
+}
+
+const char* ResultWord(int exit_code) {
+  return exit_code == kExitPass ? "PASS" : exit_code == kExitCheckFailed ? "FAIL" : "ERROR";
+}
+
+ArmRunReport SummarizeRun(const Trace& trace, const std::string& trace_path, double seconds,
+                          int64_t index) {
+  ArmRunReport run;
+  run.index = index;
+  run.trace_path = trace_path;
+  run.seconds = seconds;
+  const std::vector<IterationRecord>& iterations = trace.ranks.at(0).iterations;
+  for (size_t i = 0; i < iterations.size(); ++i) {
+    run.loss.push_back(iterations[i].loss);
+    run.step_seconds.push_back(iterations[i].step_seconds);
+    int64_t peak = 0;
+    for (const RankTrace& rank : trace.ranks) peak = std::max(peak, rank.iterations[i].peak_bytes);
+    run.peak_bytes.push_back(peak);
+  }
+  run.peak_bytes_max = PeakBytes(trace);
+  for (const RankTrace& rank : trace.ranks) {
+    run.memory.push_back({rank.rank, RankPeakBytes(rank), PredictedPeakBytes(rank)});
+  }
+  return run;
+}
+
+namespace {
+
+nlohmann::json DifferenceJson(const Difference& d) {
+  nlohmann::json where = {
+      {"iteration", d.iteration}, {"rank", d.rank}, {"record", d.record}, {"parameter", d.param}};
+  if (d.tensor) {
+    where["element"] = d.tensor->first_index;
+    where["position"] = d.tensor->first_position;
+    where["value_a"] = d.tensor->first_a;
+    where["value_b"] = d.tensor->first_b;
+    where["ulps"] = d.tensor->first_ulps;
+    where["differing_elements"] = d.tensor->differing;
+    where["max_abs_diff"] = d.tensor->max_abs_diff;
+    nlohmann::json histogram = nlohmann::json::object();
+    for (const auto& [bucket, count] : d.tensor->ulp_histogram) histogram[bucket] = count;
+    where["ulp_histogram"] = histogram;
+  }
+  return where;
+}
+
+}  // namespace
+
+nlohmann::json JsonReport(const RunReport& report) {
+  nlohmann::json j;
+  j["recipe"] = {{"name", report.recipe_name}, {"path", report.recipe_path}};
+  j["fingerprint"] = {{"key", report.fingerprint.key}, {"fields", report.fingerprint.fields}};
+  j["baseline"] = report.baseline;
+  j["golden"] = {{"path", report.golden_path}, {"present", report.golden_present}};
+  j["repeats"] = report.repeats;
+  j["seconds"] = report.seconds;
+  j["exit_code"] = report.exit_code;
+  j["verdict"] = report.exit_code == kExitInfrastructure ? "error"
+                 : report.exit_code == kExitCheckFailed  ? "fail"
+                                                         : "pass";
+  j["arms"] = nlohmann::json::object();
+  for (const ArmReport& arm : report.arms) {
+    nlohmann::json a;
+    a["engine"] = arm.engine;
+    a["runs"] = nlohmann::json::array();
+    for (const ArmRunReport& r : arm.runs) {
+      nlohmann::json ranks = nlohmann::json::array();
+      for (const RankMemoryReport& m : r.memory) {
+        ranks.push_back({{"rank", m.rank},
+                         {"peak_bytes", m.peak_bytes},
+                         {"predicted_peak_bytes", m.predicted_peak_bytes}});
+      }
+      a["runs"].push_back({{"trace", r.trace_path},
+                           {"seconds", r.seconds},
+                           {"loss", r.loss},
+                           {"step_seconds", r.step_seconds},
+                           {"peak_bytes", r.peak_bytes},
+                           {"peak_bytes_max", r.peak_bytes_max},
+                           {"memory", ranks}});
+    }
+    j["arms"][arm.name] = a;
+  }
+  j["checks"] = nlohmann::json::array();
+  for (const CheckResult& c : report.checks) {
+    nlohmann::json check = {{"kind", ToString(c.kind)}, {"arm", c.arm},
+                            {"name", c.name},           {"verdict", ToString(c.verdict)},
+                            {"summary", c.summary},     {"details", c.details},
+                            {"figures", c.figures}};
+    if (c.difference) check["first_difference"] = DifferenceJson(*c.difference);
+    j["checks"].push_back(check);
+  }
+  return j;
+}
+
+std::string ConsoleReport(const RunReport& report) {
+  std::ostringstream out;
+  char line[200];
+  std::snprintf(line, sizeof(line), "%.1f", report.seconds);
+  out << "\nrecipe " << report.recipe_name << " (" << report.recipe_path << "), fingerprint "
+      << report.fingerprint.key << ", " << line << " s\n";
+  out << "  arm                runs  loss first -> last        peak MiB  model MiB  "
+         "s/iteration\n";
+  for (const ArmReport& arm : report.arms) {
+    if (arm.runs.empty()) continue;
+    const ArmRunReport& first = arm.runs.front();
+    double step = 0;
+    for (double s : first.step_seconds) step += s;
+    int64_t predicted = 0;
+    for (const RankMemoryReport& m : first.memory) {
+      predicted = std::max(predicted, m.predicted_peak_bytes);
+    }
+    const size_t n = first.loss.size();
+    std::snprintf(line, sizeof(line), "  %-18s %4zu  %.6f -> %.6f    %8.2f   %8.2f   %8.3f\n",
+                  arm.name.c_str(), arm.runs.size(), n ? first.loss.front() : 0.0f,
+                  n ? first.loss.back() : 0.0f, first.peak_bytes_max / 1048576.0,
+                  predicted / 1048576.0, n ? step / n : 0.0);
+    out << line;
+  }
+  out << "checks:\n" << FormatChecks(report.checks);
+  for (const CheckResult& c : report.checks) {
+    if (c.verdict == Verdict::kFail || c.verdict == Verdict::kError) {
+      out << "\n" << c.name << ":\n  " << c.summary << "\n";
+      std::istringstream details(c.details);
+      std::string detail;
+      while (std::getline(details, detail)) out << "  " << detail << "\n";
+    }
+  }
+  out << "result: " << ResultWord(report.exit_code) << " (exit " << report.exit_code
+      << "); reports: " << report.out_dir << "/junit.xml, " << report.out_dir << "/report.json\n";
+  return out.str();
+}
+
+std::string JunitReport(const std::vector<RunReport>& reports) {
   pugi::xml_document doc;
   auto decl = doc.append_child(pugi::node_declaration);
   decl.append_attribute("version") = "1.0";
@@ -51,7 +187,7 @@ void WriteJunit(const std::string& path, const std::vector<SuiteReport>& suites)
   root.append_attribute("name") = "bitparity";
   int tests = 0, failures = 0, errors = 0, skipped = 0;
   double seconds = 0;
-  for (const SuiteReport& suite : suites) {
+  for (const RunReport& suite : reports) {
     pugi::xml_node s = root.append_child("testsuite");
     int s_failures = 0, s_errors = 0, s_skipped = 0;
     for (const CheckResult& c : suite.checks) {
@@ -66,11 +202,15 @@ void WriteJunit(const std::string& path, const std::vector<SuiteReport>& suites)
     s.append_attribute("skipped") = s_skipped;
     s.append_attribute("time") = suite.seconds;
     s.append_attribute("timestamp") = suite.timestamp.c_str();
-    if (!suite.properties.empty()) {
+    if (!suite.recipe_path.empty()) {
+      const std::pair<const char*, std::string> properties[] = {
+          {"recipe", suite.recipe_path},
+          {"fingerprint", suite.fingerprint.Describe()},
+          {"baseline", suite.baseline}};
       pugi::xml_node props = s.append_child("properties");
-      for (const auto& [key, value] : suite.properties) {
+      for (const auto& [key, value] : properties) {
         pugi::xml_node p = props.append_child("property");
-        p.append_attribute("name") = key.c_str();
+        p.append_attribute("name") = key;
         p.append_attribute("value") = value.c_str();
       }
     }
@@ -109,11 +249,7 @@ void WriteJunit(const std::string& path, const std::vector<SuiteReport>& suites)
   root.append_attribute("time") = seconds;
   std::ostringstream out;
   doc.save(out, "  ", pugi::format_default, pugi::encoding_utf8);
-  WriteFileAtomically(path, out.str());
-}
-
-void WriteJson(const std::string& path, const nlohmann::json& document) {
-  WriteFileAtomically(path, document.dump(2) + "\n");
+  return out.str();
 }
 
 std::string FormatChecks(const std::vector<CheckResult>& checks) {

@@ -1,37 +1,92 @@
 #ifndef BITPARITY_HARNESS_REPORT_H_
 #define BITPARITY_HARNESS_REPORT_H_
 
-// Reports of `bitparity run` and `bitparity matrix`: JUnit XML (one testsuite per recipe or
-// matrix cell, one testcase per check; failures carry the localization, infrastructure faults
-// are errors), a JSON document with every figure, and a console summary table. Files are
-// written atomically.
+// The reports of `bitparity run` and `bitparity matrix`, as reporters over one plain result:
+// `RunReport` holds everything a run of a recipe found (its arms' runs and its checks); JSON,
+// console and JUnit reporters turn one (or, for JUnit and the matrix, a list of them) into text.
+// The reporters are pure functions: tests/harness/report_output_test.cpp pins their output.
+// Files are written atomically.
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/trace.h"
 #include "harness/checks.h"
+#include "harness/fingerprint.h"
 
 namespace bitparity {
 
-struct SuiteReport {
-  std::string name;  // the recipe or matrix cell
-  std::vector<CheckResult> checks;
-  std::vector<std::pair<std::string, std::string>> properties;  // e.g. fingerprint, git revision
-  double seconds = 0;
-  std::string timestamp;  // ISO 8601, UTC
+// One rank's peak memory in one run.
+struct RankMemoryReport {
+  int64_t rank = 0;
+  int64_t peak_bytes = 0;
+  int64_t predicted_peak_bytes = -1;  // the memory model's, -1 when the trace has none
 };
 
-void WriteJunit(const std::string& path, const std::vector<SuiteReport>& suites);
-void WriteJson(const std::string& path, const nlohmann::json& document);
+// One run of one arm, as the reports show it.
+struct ArmRunReport {
+  int64_t index = 1;  // 1-based repeat
+  std::string trace_path;
+  double seconds = 0;                // the launcher's wall time
+  std::vector<float> loss;           // per iteration (rank 0's; the same on every rank)
+  std::vector<double> step_seconds;  // per iteration, rank 0's
+  std::vector<int64_t> peak_bytes;   // per iteration, the largest over the ranks
+  int64_t peak_bytes_max = 0;        // over iterations and ranks
+  std::vector<RankMemoryReport> memory;
+};
+
+// The report of one run from its trace.
+ArmRunReport SummarizeRun(const Trace& trace, const std::string& trace_path, double seconds,
+                          int64_t index);
+
+struct ArmReport {
+  std::string name;
+  std::string engine;
+  std::vector<ArmRunReport> runs;
+};
+
+// Everything `bitparity run` found for one recipe, or one matrix cell.
+struct RunReport {
+  std::string name;  // the recipe's name, or <matrix>.<cell>
+  std::string recipe_name;
+  std::string recipe_path;  // empty for a matrix cell that could not run
+  Fingerprint fingerprint;
+  std::string baseline;
+  std::string golden_path;
+  bool golden_present = false;
+  int64_t repeats = 0;
+  std::vector<ArmReport> arms;  // in the order they ran: the baseline first
+  std::vector<CheckResult> checks;
+  double seconds = 0;
+  std::string timestamp;  // when it started, ISO 8601 UTC without a zone (JUnit's form)
+  std::string out_dir;    // where junit.xml and report.json go
+  int exit_code = 0;
+};
+
+// The exit code of a list of checks: 3 when one is an error, else 1 when one failed, else 0.
+int ExitCodeOf(const std::vector<CheckResult>& checks);
+
+// report.json of `bitparity run`.
+nlohmann::json JsonReport(const RunReport& report);
+
+// The summary `bitparity run` prints: the arms, the checks, the failures' details, the result.
+std::string ConsoleReport(const RunReport& report);
+
+// junit.xml: one testsuite per report, one testcase per check; failures carry the
+// localization, infrastructure faults are errors.
+std::string JunitReport(const std::vector<RunReport>& reports);
 
 // The checks as a table: verdict, name, summary.
 std::string FormatChecks(const std::vector<CheckResult>& checks);
 
-// Writes `text` to `path` through a temporary file and a rename.
-void WriteFileAtomically(const std::string& path, const std::string& text);
+// "PASS", "FAIL" or "ERROR" for an exit code.
+const char* ResultWord(int exit_code);
 
-std::string UtcTimestamp();
+// Writes `text` to `path` through a temporary file and a rename. InfrastructureError when the
+// file system refuses (the temporary file is removed then).
+void WriteFileAtomically(const std::string& path, const std::string& text);
 
 }  // namespace bitparity
 

@@ -11,11 +11,16 @@
 #include <ostream>
 #include <sstream>
 
+#include "core/clock.h"
 #include "core/errors.h"
 #include "core/recipe.h"
 #include "core/trace.h"
+#include "core/trace_keys.h"
 #include "harness/fingerprint.h"
+#include "harness/golden_store.h"
 #include "harness/launcher.h"
+#include "harness/localizer.h"
+#include "harness/report.h"
 #include "harness/trace_compare.h"
 
 namespace bitparity {
@@ -33,12 +38,6 @@ struct ArmRun {
   std::optional<Trace> trace;
   double seconds = 0;
 };
-
-std::string Format(const char* format, double a, double b = 0, double c = 0) {
-  char buffer[128];
-  std::snprintf(buffer, sizeof(buffer), format, a, b, c);
-  return buffer;
-}
 
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
@@ -82,18 +81,15 @@ std::vector<Perturbation> ParsePerturbations(const std::vector<std::string>& tex
   return out;
 }
 
-std::string DefaultGoldenDir(const std::string& recipe_path) {
-  fs::path dir = fs::absolute(recipe_path).parent_path();
-  if (dir.filename() == "recipes") return (dir.parent_path() / "golden").string();
-  return (dir / "golden").string();
-}
-
 class RecipeRun {
  public:
   RecipeRun(const RunOptions& options, std::ostream& console)
-      : options_(options), console_(console), recipe_(LoadRecipe(options.recipe_path)) {}
+      : options_(options),
+        console_(console),
+        recipe_(LoadRecipe(options.recipe_path)),
+        goldens_(options.golden_dir, recipe_.path) {}
 
-  RunOutcome Run() {
+  RunReport Run() {
     const auto start = Clock::now();
     Prepare();
     LaunchAll();
@@ -118,9 +114,6 @@ class RecipeRun {
     out_dir_ = options_.out_dir.empty() ? "out/" + recipe_.name : options_.out_dir;
     baseline_ = recipe_.compare.baseline;
     fingerprint_ = LocalFingerprint(recipe_);
-    golden_dir_ =
-        options_.golden_dir.empty() ? DefaultGoldenDir(recipe_.path) : options_.golden_dir;
-    golden_path_ = (fs::path(golden_dir_) / recipe_.name / (fingerprint_.key + ".h5")).string();
     LoadGolden();
     std::error_code ec;
     fs::create_directories(out_dir_, ec);
@@ -131,37 +124,17 @@ class RecipeRun {
   // reported as bad input (and never overwritten).
   void LoadGolden() {
     if (options_.no_golden) {
+      golden_path_ = goldens_.PathFor(recipe_.name, fingerprint_);
       golden_skip_ = options_.no_golden_reason;
       return;
     }
-    if (fs::exists(golden_path_)) {
-      try {
-        golden_ = ReadTrace(golden_path_);
-      } catch (const InputError& e) {
-        throw InputError(std::string("golden unusable (left unchanged): ") + e.what());
-      }
-      return;
+    GoldenLookup lookup = goldens_.Find(recipe_.name, fingerprint_);
+    golden_path_ = lookup.path;
+    golden_ = std::move(lookup.golden);
+    if (!golden_) {
+      golden_skip_ = lookup.missing_reason +
+                     (options_.update_golden ? "" : "; record one with --update-golden");
     }
-    std::string others;
-    const fs::path dir = fs::path(golden_dir_) / recipe_.name;
-    std::error_code ec;
-    if (fs::is_directory(dir, ec)) {
-      for (const auto& entry : fs::directory_iterator(dir, ec)) {
-        if (entry.path().extension() != ".h5") continue;
-        std::string why;
-        try {
-          Fingerprint other = TraceFingerprint(ReadTrace(entry.path().string()));
-          why = "differs in " + fingerprint_.DifferingFields(other);
-        } catch (const InputError&) {
-          why = "unreadable";
-        }
-        others +=
-            (others.empty() ? "" : "; ") + entry.path().filename().string() + " (" + why + ")";
-      }
-    }
-    golden_skip_ = "no golden for this machine's fingerprint " + fingerprint_.key + " in " +
-                   dir.string() + (others.empty() ? "" : "; found " + others) +
-                   (options_.update_golden ? "" : "; record one with --update-golden");
   }
 
   Environment EnvironmentFor(const std::string& arm, int64_t index) const {
@@ -176,15 +149,15 @@ class RecipeRun {
   LaunchOptions Launch(const std::string& arm, const std::string& trace, const Environment& env) {
     LaunchOptions launch;
     launch.executable = SelfExecutable();
-    launch.recipe_path = recipe_.path;
-    launch.arm = arm;
+    launch.worker.recipe_path = recipe_.path;
+    launch.worker.arm = arm;
     launch.trace_path = trace;
     launch.log_dir = (fs::path(trace).parent_path() / "logs").string();
     launch.world_size = recipe_.world_size();
     launch.timeout_seconds = recipe_.parallel.timeout_seconds;
     launch.environment = env;
-    if (options_.memory_timeline) launch.worker_arguments.push_back("--memory-timeline");
-    launch.trace_attributes["command_line"] = options_.command_line;
+    launch.worker.memory_timeline = options_.memory_timeline;
+    launch.trace_attributes[trace_keys::kCommandLine] = options_.command_line;
     return launch;
   }
 
@@ -224,6 +197,8 @@ class RecipeRun {
         if (result.exit_code == kExitBadInput) throw InputError(result.failure);
         if (result.exit_code != kExitPass) {
           CheckResult error;
+          error.kind = CheckKind::kRun;
+          error.arm = arm;
           error.name = arm + " run " + std::to_string(k);
           error.verdict = Verdict::kError;
           error.summary = FirstLine(result.failure);
@@ -234,7 +209,7 @@ class RecipeRun {
           infrastructure_error_ = result.failure;
           return;
         }
-        run.trace = ReadTrace(run.trace_path);
+        run.trace = std::move(result.trace);
         done = (done / iterations + (done % iterations ? 1 : 0)) * iterations;
         runs_[arm].push_back(std::move(run));
       }
@@ -250,13 +225,15 @@ class RecipeRun {
       std::vector<const Trace*> traces;
       for (const ArmRun& r : runs_.at(arm)) traces.push_back(&*r.trace);
       if (traces.size() >= 2) {
-        Record(CheckReproduces(arm, traces), {{arm, 1}, {arm, traces.size()}});
+        Record(CheckReproduces(arm, traces),
+               {{arm, 1}, {arm, static_cast<int64_t>(traces.size())}});
         if (checks_.back().verdict == Verdict::kFail) {
-          const int64_t k = checks_.back().figures.value("differing_run", int64_t{2});
-          pairs_.back() = {{arm, 1}, {arm, k}};
+          pairs_.back() = {{arm, 1}, {arm, checks_.back().differing_run}};
         }
       } else {
         CheckResult skipped;
+        skipped.kind = CheckKind::kReproduces;
+        skipped.arm = arm;
         skipped.name = arm + " reproduces itself";
         skipped.verdict = Verdict::kSkipped;
         skipped.summary = "one run only (--repeats 1)";
@@ -281,6 +258,8 @@ class RecipeRun {
     for (const MemoryBound& bound : policy.memory) {
       if (!runs_.count(bound.arm) || !runs_.count(bound.of)) {
         CheckResult skipped;
+        skipped.kind = CheckKind::kMemory;
+        skipped.arm = bound.arm;
         skipped.name = MemoryCheckName(bound);
         skipped.verdict = Verdict::kSkipped;
         skipped.summary =
@@ -303,6 +282,8 @@ class RecipeRun {
              {{baseline_, 1}, {"", 0}});
     } else {
       CheckResult skipped;
+      skipped.kind = CheckKind::kGolden;
+      skipped.arm = baseline_;
       skipped.name = "golden: " + baseline_;
       skipped.verdict = Verdict::kSkipped;
       skipped.summary = "the baseline arm '" + baseline_ + "' was not run (--arms)";
@@ -310,79 +291,38 @@ class RecipeRun {
     }
   }
 
-  using RunRef = std::pair<std::string, size_t>;  // (arm, 1-based run); arm "" = the golden
-  void Record(CheckResult check, std::vector<RunRef> runs) {
+  void Record(CheckResult check, std::vector<ComparedRun> runs) {
     checks_.push_back(std::move(check));
     pairs_.push_back(std::move(runs));
   }
 
-  // Reruns one run up to `iteration` with full grad dumps there; nullopt if it failed.
-  std::optional<Trace> Rerun(const RunRef& ref, int64_t iteration, const std::string& label) {
+  // Reruns one run up to `iteration` with full grad dumps there; nullopt if it failed or the
+  // rerun budget is spent.
+  std::optional<Trace> Rerun(const ComparedRun& ref, int64_t iteration, const std::string& label) {
     if (localize_budget_ <= 0) return std::nullopt;
     --localize_budget_;
     const fs::path dir = fs::path(out_dir_) / "localize" / label;
     fs::create_directories(dir);
     const std::string trace = (dir / "trace.h5").string();
     LaunchOptions launch =
-        Launch(ref.first, trace, runs_.at(ref.first).at(ref.second - 1).environment);
-    launch.worker_arguments.insert(
-        launch.worker_arguments.end(),
-        {"--dump-at", std::to_string(iteration), "--stop-after", std::to_string(iteration)});
+        Launch(ref.arm, trace, runs_.at(ref.arm).at(static_cast<size_t>(ref.run - 1)).environment);
+    launch.worker.dump_at = {iteration};
+    launch.worker.stop_after = iteration;
     if (!options_.quiet) {
-      console_ << "  localizing: rerunning " << ref.first << " run " << ref.second
+      console_ << "  localizing: rerunning " << ref.arm << " run " << ref.run
                << " with full gradient dumps at iteration " << iteration << "\n";
     }
     LaunchResult result = LaunchArm(launch);
     if (result.exit_code != kExitPass) return std::nullopt;
-    return ReadTrace(trace);
+    return std::move(result.trace);
   }
 
-  // For failed checks whose first difference is a gradient that was not dumped, rerun the two
-  // runs involved with dumps at that iteration and name the first differing element.
   void Localize() {
     localize_budget_ = options_.localize_runs;
-    for (size_t i = 0; i < checks_.size(); ++i) {
-      CheckResult& check = checks_[i];
-      if (check.verdict != Verdict::kFail || !check.difference) continue;
-      Difference& d = *check.difference;
-      if (d.record != "grad_digest" || d.tensor || pairs_[i].size() != 2) continue;
-      const RunRef& first = pairs_[i][0];
-      const RunRef& second = pairs_[i][1];
-      const std::string label = "check" + std::to_string(i + 1);
-      std::optional<Trace> a =
-          first.first.empty() ? golden_ : Rerun(first, d.iteration, label + "_a");
-      std::optional<Trace> b =
-          second.first.empty() ? golden_ : Rerun(second, d.iteration, label + "_b");
-      std::string note;
-      const TensorDump* da = a ? FindDump(*a, d.rank, d.iteration, d.param) : nullptr;
-      const TensorDump* db = b ? FindDump(*b, d.rank, d.iteration, d.param) : nullptr;
-      if (!a || !b) {
-        note = "not localized further (rerun budget spent or a rerun failed)";
-      } else if (!da || !db) {
-        note = "not localized further (no dump of " + d.param + " at iteration " +
-               std::to_string(d.iteration) + " on both sides)";
-      } else {
-        TensorComparison c = CompareTensors(*da, *db);
-        if (c.differing == 0) {
-          note = "the rerun with dumps did not reproduce the difference (nondeterminism?)";
-        } else {
-          d.tensor = c;
-          note = "localized by rerun: " + c.Describe();
-          check.figures["first_element"] = c.first_index;
-          check.figures["differing_elements"] = c.differing;
-          check.figures["max_abs_diff"] = c.max_abs_diff;
-          check.figures["max_ulps"] = c.max_ulps;
-        }
-      }
-      check.summary = "first difference at " + d.Describe();
-      std::ostringstream details;
-      if (check.figures.contains("differing_records")) {
-        details << check.figures["differing_records"].get<int64_t>() << " of "
-                << check.figures["compared_records"].get<int64_t>() << " records differ\n";
-      }
-      details << note << "\n";
-      check.details = details.str();
-    }
+    LocalizeFailures(checks_, pairs_, golden_ ? &*golden_ : nullptr,
+                     [this](const ComparedRun& run, int64_t iteration, const std::string& label) {
+                       return Rerun(run, iteration, label);
+                     });
   }
 
   void UpdateGolden() {
@@ -390,7 +330,7 @@ class RecipeRun {
     CheckResult* golden = nullptr;
     int failed = 0;
     for (CheckResult& c : checks_) {
-      if (c.name == "golden: " + baseline_) {
+      if (c.kind == CheckKind::kGolden && c.arm == baseline_) {
         golden = &c;
       } else if (c.verdict == Verdict::kFail || c.verdict == Verdict::kError) {
         ++failed;
@@ -416,159 +356,40 @@ class RecipeRun {
       golden->details.clear();
       golden->figures["replaced_a_differing_golden"] = false;
     }
-    Trace trace = TraceOf(baseline_, 1);
-    trace.attributes["golden.fingerprint"] = fingerprint_.key;
-    for (const auto& [field, value] : fingerprint_.fields) {
-      trace.attributes["golden.fingerprint." + field] = value;
-    }
-    trace.attributes["golden.git_revision"] =
-        trace.ranks[0].attributes.count("provenance.git_revision")
-            ? trace.ranks[0].attributes.at("provenance.git_revision")
-            : "unknown";
-    trace.attributes["golden.created_utc"] = UtcTimestamp() + "Z";
-    trace.attributes["golden.command_line"] = options_.command_line;
-    fs::create_directories(fs::path(golden_path_).parent_path());
-    WriteTrace(golden_path_, trace);
+    goldens_.Replace(golden_path_, TraceOf(baseline_, 1), fingerprint_, options_.command_line);
     golden->verdict = Verdict::kPass;
     golden->summary = "updated: wrote " + golden_path_ + replaced;
     golden->difference.reset();
   }
 
-  RunOutcome Finish(double seconds) {
-    RunOutcome outcome;
-    outcome.suite.name = recipe_.name;
-    outcome.suite.checks = checks_;
-    outcome.suite.seconds = seconds;
-    outcome.suite.timestamp = UtcTimestamp();
-    outcome.suite.properties = {{"recipe", recipe_.path},
-                                {"fingerprint", fingerprint_.Describe()},
-                                {"baseline", baseline_}};
-    bool failed = false, errored = !infrastructure_error_.empty();
-    for (const CheckResult& c : checks_) {
-      failed |= c.verdict == Verdict::kFail;
-      errored |= c.verdict == Verdict::kError;
-    }
-    outcome.exit_code = errored ? kExitInfrastructure : failed ? kExitCheckFailed : kExitPass;
-
-    nlohmann::json& j = outcome.report;
-    j["recipe"] = {{"name", recipe_.name}, {"path", recipe_.path}};
-    j["fingerprint"] = {{"key", fingerprint_.key}, {"fields", fingerprint_.fields}};
-    j["baseline"] = baseline_;
-    j["golden"] = {{"path", golden_path_}, {"present", golden_.has_value()}};
-    j["repeats"] = options_.repeats;
-    j["seconds"] = seconds;
-    j["exit_code"] = outcome.exit_code;
-    j["verdict"] = errored ? "error" : failed ? "fail" : "pass";
-    j["arms"] = nlohmann::json::object();
-    for (const auto& [arm, runs] : runs_) {
-      nlohmann::json a;
-      a["engine"] = ToString(recipe_.arm(arm).engine);
-      a["runs"] = nlohmann::json::array();
-      for (const ArmRun& r : runs) {
-        nlohmann::json run;
-        run["trace"] = r.trace_path;
-        run["seconds"] = r.seconds;
-        std::vector<float> loss;
-        std::vector<double> step_seconds;
-        std::vector<int64_t> peak;
-        for (const IterationRecord& it : r.trace->ranks[0].iterations) {
-          loss.push_back(it.loss);
-          step_seconds.push_back(it.step_seconds);
-        }
-        for (size_t i = 0; i < r.trace->ranks[0].iterations.size(); ++i) {
-          int64_t p = 0;
-          for (const RankTrace& rank : r.trace->ranks)
-            p = std::max(p, rank.iterations[i].peak_bytes);
-          peak.push_back(p);
-        }
-        run["loss"] = loss;
-        run["step_seconds"] = step_seconds;
-        run["peak_bytes"] = peak;
-        run["peak_bytes_max"] = PeakBytes(*r.trace);
-        nlohmann::json ranks = nlohmann::json::array();
-        for (const RankTrace& rank : r.trace->ranks) {
-          ranks.push_back({{"rank", rank.rank},
-                           {"peak_bytes", RankPeakBytes(rank)},
-                           {"predicted_peak_bytes", PredictedPeakBytes(rank)}});
-        }
-        run["memory"] = ranks;
-        a["runs"].push_back(run);
-      }
-      j["arms"][arm] = a;
-    }
-    j["checks"] = nlohmann::json::array();
-    for (const CheckResult& c : checks_) {
-      nlohmann::json check = {{"name", c.name},
-                              {"verdict", ToString(c.verdict)},
-                              {"summary", c.summary},
-                              {"details", c.details},
-                              {"figures", c.figures}};
-      if (c.difference) {
-        const Difference& d = *c.difference;
-        nlohmann::json where = {{"iteration", d.iteration},
-                                {"rank", d.rank},
-                                {"record", d.record},
-                                {"parameter", d.param}};
-        if (d.tensor) {
-          where["element"] = d.tensor->first_index;
-          where["position"] = d.tensor->first_position;
-          where["value_a"] = d.tensor->first_a;
-          where["value_b"] = d.tensor->first_b;
-          where["ulps"] = d.tensor->first_ulps;
-          where["differing_elements"] = d.tensor->differing;
-          where["max_abs_diff"] = d.tensor->max_abs_diff;
-          nlohmann::json histogram = nlohmann::json::object();
-          for (const auto& [bucket, count] : d.tensor->ulp_histogram) histogram[bucket] = count;
-          where["ulp_histogram"] = histogram;
-        }
-        check["first_difference"] = where;
-      }
-      j["checks"].push_back(check);
-    }
-
-    WriteJunit((fs::path(out_dir_) / "junit.xml").string(), {outcome.suite});
-    WriteJson((fs::path(out_dir_) / "report.json").string(), j);
-    PrintSummary(outcome, seconds);
-    return outcome;
-  }
-
-  void PrintSummary(const RunOutcome& outcome, double seconds) {
-    std::ostringstream out;
-    out << "\nrecipe " << recipe_.name << " (" << recipe_.path << "), fingerprint "
-        << fingerprint_.key << ", " << Format("%.1f", seconds) << " s\n";
-    out << "  arm                runs  loss first -> last        peak MiB  model MiB  "
-           "s/iteration\n";
+  RunReport Finish(double seconds) {
+    RunReport report;
+    report.name = recipe_.name;
+    report.recipe_name = recipe_.name;
+    report.recipe_path = recipe_.path;
+    report.fingerprint = fingerprint_;
+    report.baseline = baseline_;
+    report.golden_path = golden_path_;
+    report.golden_present = golden_.has_value();
+    report.repeats = options_.repeats;
     for (const std::string& arm : arms_) {
       if (!runs_.count(arm)) continue;
-      const Trace& t = *runs_.at(arm).front().trace;
-      const auto& its = t.ranks[0].iterations;
-      double step = 0;
-      for (const IterationRecord& it : its) step += it.step_seconds;
-      int64_t predicted = 0;
-      for (const RankTrace& rank : t.ranks)
-        predicted = std::max(predicted, PredictedPeakBytes(rank));
-      char line[200];
-      std::snprintf(line, sizeof(line), "  %-18s %4zu  %.6f -> %.6f    %8.2f   %8.2f   %8.3f\n",
-                    arm.c_str(), runs_.at(arm).size(), its.front().loss, its.back().loss,
-                    PeakBytes(t) / 1048576.0, predicted / 1048576.0,
-                    its.empty() ? 0.0 : step / its.size());
-      out << line;
-    }
-    out << "checks:\n" << FormatChecks(outcome.suite.checks);
-    for (const CheckResult& c : outcome.suite.checks) {
-      if (c.verdict == Verdict::kFail || c.verdict == Verdict::kError) {
-        out << "\n" << c.name << ":\n  " << c.summary << "\n";
-        std::istringstream details(c.details);
-        std::string line;
-        while (std::getline(details, line)) out << "  " << line << "\n";
+      ArmReport a{arm, ToString(recipe_.arm(arm).engine), {}};
+      for (const ArmRun& r : runs_.at(arm)) {
+        a.runs.push_back(SummarizeRun(*r.trace, r.trace_path, r.seconds, r.index));
       }
+      report.arms.push_back(std::move(a));
     }
-    const char* verdict = outcome.exit_code == kExitPass          ? "PASS"
-                          : outcome.exit_code == kExitCheckFailed ? "FAIL"
-                                                                  : "ERROR";
-    out << "result: " << verdict << " (exit " << outcome.exit_code << "); reports: " << out_dir_
-        << "/junit.xml, " << out_dir_ << "/report.json\n";
-    console_ << out.str() << std::flush;
+    report.checks = checks_;
+    report.seconds = seconds;
+    report.timestamp = started_utc_;
+    report.out_dir = out_dir_;
+    report.exit_code = ExitCodeOf(checks_);
+    WriteFileAtomically((fs::path(out_dir_) / "junit.xml").string(), JunitReport({report}));
+    WriteFileAtomically((fs::path(out_dir_) / "report.json").string(),
+                        JsonReport(report).dump(2) + "\n");
+    console_ << ConsoleReport(report) << std::flush;
+    return report;
   }
 
   const RunOptions& options_;
@@ -579,20 +400,21 @@ class RecipeRun {
   std::string out_dir_;
   std::string baseline_;
   Fingerprint fingerprint_;
-  std::string golden_dir_;
+  GoldenStore goldens_;
   std::string golden_path_;
   std::optional<Trace> golden_;
   std::string golden_skip_;
   std::map<std::string, std::vector<ArmRun>> runs_;
   std::vector<CheckResult> checks_;
-  std::vector<std::vector<RunRef>> pairs_;  // per check: the runs it compared
+  std::vector<std::vector<ComparedRun>> pairs_;  // per check: the runs it compared
+  std::string started_utc_ = UtcTimestamp(/*with_zone=*/false);
   std::string infrastructure_error_;
   int64_t localize_budget_ = 0;
 };
 
 }  // namespace
 
-RunOutcome RunRecipe(const RunOptions& options, std::ostream& console) {
+RunReport RunRecipe(const RunOptions& options, std::ostream& console) {
   return RecipeRun(options, console).Run();
 }
 

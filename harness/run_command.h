@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <iosfwd>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -35,15 +34,9 @@ struct RunOptions {
   std::string command_line;
 };
 
-struct RunOutcome {
-  int exit_code = 0;
-  SuiteReport suite;
-  nlohmann::json report;
-};
-
 // Runs the job and writes the reports into the output directory; prints progress and the
 // summary to `console`. Throws InputError for bad input (nothing is written then).
-RunOutcome RunRecipe(const RunOptions& options, std::ostream& console);
+RunReport RunRecipe(const RunOptions& options, std::ostream& console);
 
 }  // namespace bitparity
 

@@ -2,25 +2,12 @@
 
 #include <torch/torch.h>
 
-#include <mutex>
-
 #include "core/errors.h"
+#include "core/rng_state.h"
 
 namespace bitparity {
 
 namespace {
-
-at::Tensor RngState() {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void SetRngState(const at::Tensor& state) {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
 
 using SharedPlanSlot = std::shared_ptr<const RoutingPlan>;
 
@@ -304,7 +291,7 @@ void RecomputeSegment::Capture(const at::Tensor& input, const ChunkState& state)
   input_ = input;
   snapshot_input_ids_ = state.input_ids;
   snapshot_mtp_hidden_ = state.mtp_hidden_states;
-  rng_state_ = RngState();
+  rng_state_ = CpuRngState();
 }
 
 void RecomputeSegment::BeginReplay(ChunkSchedule* chunk, const InjectedBugs& bugs) {
@@ -317,12 +304,12 @@ void RecomputeSegment::BeginReplay(ChunkSchedule* chunk, const InjectedBugs& bug
   for (int64_t l = spec_.first_layer; l <= spec_.last_layer(); ++l) {
     chunk->layer(l).SetForwardNoGrad(false);
   }
-  ambient_rng_state_ = RngState();
-  SetRngState(rng_state_);
+  ambient_rng_state_ = CpuRngState();
+  SetCpuRngState(rng_state_);
 }
 
 void RecomputeSegment::EndReplay() {
-  SetRngState(ambient_rng_state_);
+  SetCpuRngState(ambient_rng_state_);
   ambient_rng_state_ = at::Tensor();
 }
 

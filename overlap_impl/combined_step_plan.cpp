@@ -4,65 +4,34 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/enum_names.h"
+
 namespace bitparity {
 
-const char* ToString(NodeKind kind) {
-  switch (kind) {
-    case NodeKind::kPreProcess:
-      return "pre_process";
-    case NodeKind::kAttn:
-      return "attn";
-    case NodeKind::kDispatch:
-      return "moe_dispatch";
-    case NodeKind::kMlp:
-      return "mlp";
-    case NodeKind::kCombine:
-      return "moe_combine";
-    case NodeKind::kMtpPostProcess:
-      return "mtp_post_process";
-    case NodeKind::kPostProcess:
-      return "post_process";
-    case NodeKind::kSegment:
-      return "segment";
-    case NodeKind::kChunk:
-      return "chunk";
-  }
-  return "?";
-}
+namespace {
 
-const char* ToString(Phase phase) {
-  switch (phase) {
-    case Phase::kForward:
-      return "forward";
-    case Phase::kBackward:
-      return "backward";
-    case Phase::kCapture:
-      return "capture";
-    case Phase::kReplay:
-      return "replay";
-    case Phase::kReplayDone:
-      return "replay_done";
-    case Phase::kRelease:
-      return "release";
-    case Phase::kFlushGrads:
-      return "flush_grads";
-    case Phase::kReleaseActivations:
-      return "release_activations";
-  }
-  return "?";
-}
+constexpr EnumName<NodeKind> kNodeNames[] = {{NodeKind::kPreProcess, "pre_process"},
+                                             {NodeKind::kAttn, "attn"},
+                                             {NodeKind::kDispatch, "moe_dispatch"},
+                                             {NodeKind::kMlp, "mlp"},
+                                             {NodeKind::kCombine, "moe_combine"},
+                                             {NodeKind::kMtpPostProcess, "mtp_post_process"},
+                                             {NodeKind::kPostProcess, "post_process"},
+                                             {NodeKind::kSegment, "segment"},
+                                             {NodeKind::kChunk, "chunk"}};
+constexpr EnumName<Phase> kPhaseNames[] = {
+    {Phase::kForward, "forward"},        {Phase::kBackward, "backward"},
+    {Phase::kCapture, "capture"},        {Phase::kReplay, "replay"},
+    {Phase::kReplayDone, "replay_done"}, {Phase::kRelease, "release"},
+    {Phase::kFlushGrads, "flush_grads"}, {Phase::kReleaseActivations, "release_activations"}};
+constexpr EnumName<Stream> kStreamNames[] = {
+    {Stream::kCompute, "compute"}, {Stream::kComm, "comm"}, {Stream::kNone, "-"}};
 
-const char* ToString(Stream stream) {
-  switch (stream) {
-    case Stream::kCompute:
-      return "compute";
-    case Stream::kComm:
-      return "comm";
-    case Stream::kNone:
-      return "-";
-  }
-  return "?";
-}
+}  // namespace
+
+const char* ToString(NodeKind kind) { return NameIn(kNodeNames, kind); }
+const char* ToString(Phase phase) { return NameIn(kPhaseNames, phase); }
+const char* ToString(Stream stream) { return NameIn(kStreamNames, stream); }
 
 namespace {
 
@@ -174,12 +143,6 @@ std::string LayerName(const CombinedStepPlan& plan, int64_t layer) {
   return std::to_string(layer);
 }
 
-std::string SegmentName(const CombinedStepPlan& plan, const LayerSegment& s) {
-  std::string out = LayerName(plan, s.first_layer);
-  if (s.num_layers > 1) out += ".." + LayerName(plan, s.last_layer());
-  return out;
-}
-
 }  // namespace
 
 std::string FormatPlan(const CombinedStepPlan& plan) {
@@ -190,7 +153,7 @@ std::string FormatPlan(const CombinedStepPlan& plan) {
   out << "recompute segments:";
   if (plan.recompute.segments.empty()) out << " none";
   for (size_t i = 0; i < plan.recompute.segments.size(); ++i) {
-    out << " " << i << "=[" << SegmentName(plan, plan.recompute.segments[i]) << "]";
+    out << " " << i << "=" << FormatSegment(plan.recompute.segments[i], plan.decoder_layers);
   }
   out << "\n";
   for (const std::string& w : plan.recompute.warnings) out << "warning: " << w << "\n";
@@ -220,7 +183,7 @@ std::string PlanToJson(const CombinedStepPlan& plan) {
   for (const LayerSegment& s : plan.recompute.segments) {
     j["segments"].push_back({{"first_layer", s.first_layer},
                              {"last_layer", s.last_layer()},
-                             {"name", SegmentName(plan, s)}});
+                             {"name", FormatSegment(s, plan.decoder_layers)}});
   }
   j["warnings"] = plan.recompute.warnings;
   j["ops"] = nlohmann::json::array();

@@ -2,26 +2,13 @@
 
 #include <torch/torch.h>
 
-#include <mutex>
-
 #include "core/memory.h"
+#include "core/rng_state.h"
 
 namespace bitparity {
 namespace {
 
 using torch::autograd::variable_list;
-
-at::Tensor RngState() {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void SetRngState(const at::Tensor& state) {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
 
 class CheckpointNode : public torch::autograd::Node {
  public:
@@ -38,8 +25,7 @@ class CheckpointNode : public torch::autograd::Node {
   variable_list apply(variable_list&& grads) override {
     // Every rank must replay (the body may hold collectives), so a missing gradient becomes 0.
     at::Tensor grad = grads[0].defined() ? grads[0] : input_metadata(0).zeros_like();
-    at::Tensor ambient = RngState();
-    SetRngState(rng_state_);
+    ScopedCpuRngState replay_draws(rng_state_);
     std::vector<at::Tensor> leaves;
     for (size_t i = 0; i < inputs_.size(); ++i) {
       leaves.push_back(inputs_[i].detach().requires_grad_(requires_grad_[i]));
@@ -52,7 +38,6 @@ class CheckpointNode : public torch::autograd::Node {
     MemoryTimeline::Mark("checkpoint replay");
     torch::autograd::backward({out}, {grad});
     MemoryTimeline::Mark("checkpoint backward");
-    SetRngState(ambient);
     variable_list result;
     for (const at::Tensor& leaf : leaves) result.push_back(leaf.grad());
     // A checkpoint is backpropagated once: release what it retained.
@@ -71,7 +56,7 @@ class CheckpointNode : public torch::autograd::Node {
 }  // namespace
 
 at::Tensor Checkpoint(CheckpointBody body, const std::vector<at::Tensor>& inputs) {
-  at::Tensor rng_state = RngState();
+  at::Tensor rng_state = CpuRngState();
   at::Tensor out;
   {
     torch::NoGradGuard no_grad;

@@ -30,12 +30,7 @@ std::string ReferenceSchedule(const Recipe& recipe, const ArmConfig& arm, bool j
       "engine reference: microbatches run F0 B0 F1 B1 ...; each forward is one "
       "graph, each backward one call\nrecompute segments (checkpointed, replayed "
       "during backward):";
-  if (plan.segments.empty()) text += " none";
-  for (const LayerSegment& s : plan.segments) {
-    text += " [" + std::to_string(s.first_layer) +
-            (s.num_layers > 1 ? ".." + std::to_string(s.last_layer()) : "") + "]";
-  }
-  text += "\n";
+  text += " " + FormatSegments(plan, m.layers) + "\n";
   for (const std::string& w : plan.warnings) text += "warning: " + w + "\n";
   for (int64_t mb = 0; mb < microbatches; ++mb) {
     j["order"].push_back("F" + std::to_string(mb));

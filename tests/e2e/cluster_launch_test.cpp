@@ -12,8 +12,10 @@
 #include <filesystem>
 
 #include "core/trace.h"
+#include "harness/launcher.h"
 #include "harness/process.h"
 #include "harness/trace_compare.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_world.h"
 
@@ -21,16 +23,23 @@ namespace bitparity {
 namespace {
 
 std::string RecipeToml() {
-  return testing::SmallModelTable(2, 0) + R"([parallel]
-ep = 2
-timeout_s = 60
-[train]
-micro_batch = 2
-global_batch = 8
-iterations = 2
-[arms.reference]
-engine = "reference"
-)";
+  return testing::RecipeBuilder(2, 0)
+      .Set("parallel.timeout_s", 60.0)
+      .Set("train.global_batch", 8)
+      .Set("train.iterations", 2)
+      .Arm("reference", "reference")
+      .Text();
+}
+
+// Writes the recipe into `dir` and trains it once with the local launcher into
+// dir/launcher.h5, the trace the hand-started workers must reproduce; returns the recipe's path.
+std::string RecipeAndLauncherTrace(testing::TempDir& dir) {
+  const std::string recipe = dir.Write("r.toml", RecipeToml());
+  testing::CommandResult arm =
+      testing::RunBitparity({"arm", recipe, "--out", dir.File("launcher.h5"), "--quiet"});
+  EXPECT_EQ(arm.exit_code, 0) << arm.output;
+  std::filesystem::create_directories(dir.File("parts"));
+  return recipe;
 }
 
 // This host's name when it resolves (the way a cluster job names its master), else loopback.
@@ -46,7 +55,7 @@ std::string HostNameOrLoopback() {
 }
 
 void LaunchWorkersByHand(const std::string& recipe, const std::string& parts, bool slurm) {
-  const int port = testing::FreePort();
+  const int port = FreeLoopbackPort();
   std::vector<ChildProcess> ranks;
   for (int r = 0; r < 2; ++r) {
     ProcessOptions process;
@@ -78,12 +87,8 @@ class ClusterLaunchTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ClusterLaunchTest, HandStartedWorkersMergeIntoTheLaunchersTrace) {
   testing::TempDir dir;
-  const std::string recipe = dir.Write("r.toml", RecipeToml());
-  testing::CommandResult arm =
-      testing::RunBitparity({"arm", recipe, "--out", dir.File("launcher.h5"), "--quiet"});
-  ASSERT_EQ(arm.exit_code, 0) << arm.output;
-
-  std::filesystem::create_directories(dir.File("parts"));
+  const std::string recipe = RecipeAndLauncherTrace(dir);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   LaunchWorkersByHand(recipe, dir.File("parts"), GetParam());
   testing::CommandResult merge =
       testing::RunBitparity({"merge", dir.File("parts"), "--out", dir.File("merged.h5")});
@@ -105,12 +110,8 @@ TEST(ClusterLaunch, TorchrunStartedWorkersMergeIntoTheLaunchersTrace) {
   const std::string torchrun = BITPARITY_TORCHRUN;
   if (torchrun.empty()) GTEST_SKIP() << "no torchrun next to this build's LibTorch";
   testing::TempDir dir;
-  const std::string recipe = dir.Write("r.toml", RecipeToml());
-  testing::CommandResult arm =
-      testing::RunBitparity({"arm", recipe, "--out", dir.File("launcher.h5"), "--quiet"});
-  ASSERT_EQ(arm.exit_code, 0) << arm.output;
-
-  std::filesystem::create_directories(dir.File("parts"));
+  const std::string recipe = RecipeAndLauncherTrace(dir);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   ProcessOptions process;
   process.executable = torchrun;
   process.arguments = {"--no-python",
@@ -119,7 +120,7 @@ TEST(ClusterLaunch, TorchrunStartedWorkersMergeIntoTheLaunchersTrace) {
                        "--master-addr",
                        "127.0.0.1",
                        "--master-port",
-                       std::to_string(testing::FreePort()),
+                       std::to_string(FreeLoopbackPort()),
                        testing::BitparityBinary(),
                        "worker",
                        "--recipe",

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
@@ -15,16 +16,12 @@ namespace {
 constexpr double kTimeoutSeconds = 10;
 
 std::string RecipeToml() {
-  return testing::SmallModelTable(2, 0) + R"([parallel]
-ep = 2
-timeout_s = 10
-[train]
-micro_batch = 2
-global_batch = 8
-iterations = 4
-[arms.reference]
-engine = "reference"
-)";
+  return testing::RecipeBuilder(2, 0)
+      .Set("parallel.timeout_s", kTimeoutSeconds)
+      .Set("train.global_batch", 8)
+      .Set("train.iterations", 4)
+      .Arm("reference", "reference")
+      .Text();
 }
 
 struct Fault {

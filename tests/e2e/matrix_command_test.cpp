@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <pugixml.hpp>
 
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
@@ -33,17 +34,12 @@ TEST(MatrixCommand, ShippedMatrixCiSubsetPasses) {
 }
 
 std::string BaseToml() {
-  return testing::SmallModelTable(2, 0) + R"([parallel]
-ep = 2
-[train]
-micro_batch = 2
-global_batch = 8
-iterations = 2
-[arms.reference]
-engine = "reference"
-[arms.overlap]
-engine = "overlap"
-)";
+  return testing::RecipeBuilder(2, 0)
+      .Set("train.global_batch", 8)
+      .Set("train.iterations", 2)
+      .Arm("reference", "reference")
+      .Arm("overlap", "overlap")
+      .Text();
 }
 
 TEST(MatrixCommand, InvalidCellsAreSkippedWithTheReasonAndFiltersSelect) {

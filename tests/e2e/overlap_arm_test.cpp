@@ -10,6 +10,7 @@
 
 #include "core/trace.h"
 #include "harness/trace_compare.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
@@ -68,40 +69,25 @@ TEST(OverlapArm, PlanPrintsSegmentsAndEveryNodeOperation) {
   EXPECT_EQ(testing::RunBitparity({"plan", recipe, "--arm", "nope"}).exit_code, 2);
 }
 
-const char kMemoryRecipe[] = R"(
-[model]
-hidden = 64
-heads = 4
-layers = 8
-first_k_dense = 1
-experts = 4
-topk = 2
-moe_ffn = 64
-ffn = 128
-vocab = 128
-seq_len = 64
-[parallel]
-ep = 2
-[train]
-micro_batch = 2
-global_batch = 16
-iterations = 2
-[arms.none]
-engine = "overlap"
-[arms.chunk]
-engine = "overlap"
-recompute = { granularity = "full", unit = "chunk" }
-[arms.segment]
-engine = "overlap"
-recompute = { granularity = "full", method = "uniform", num_layers = 1 }
-[arms.reference]
-engine = "reference"
-recompute = { granularity = "full", method = "uniform", num_layers = 1 }
-)";
+std::string MemoryRecipe() {
+  return testing::RecipeBuilder(8, 0)
+      .Set("model.hidden", 64)
+      .Set("model.moe_ffn", 64)
+      .Set("model.ffn", 128)
+      .Set("model.vocab", 128)
+      .Set("model.seq_len", 64)
+      .Set("train.global_batch", 16)
+      .Set("train.iterations", 2)
+      .Arm("none", "overlap")
+      .Arm("chunk", "overlap", "recompute = { granularity = \"full\", unit = \"chunk\" }")
+      .Arm("segment", "overlap", testing::FullRecompute("uniform", 1))
+      .Arm("reference", "reference", testing::FullRecompute("uniform", 1))
+      .Text();
+}
 
 TEST(OverlapArm, PeakMemoryOrdersNoneChunkSegment) {
   testing::TempDir dir;
-  const std::string recipe = dir.Write("memory.toml", kMemoryRecipe);
+  const std::string recipe = dir.Write("memory.toml", MemoryRecipe());
   std::map<std::string, int64_t> peak;
   for (const char* arm : {"none", "chunk", "segment", "reference"}) {
     const std::string out = dir.File(std::string(arm) + ".h5");

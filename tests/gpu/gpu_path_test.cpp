@@ -29,8 +29,10 @@
 #include "core/fp8_tensor.h"
 #include "core/memory.h"
 #include "core/recipe.h"
+#include "harness/launcher.h"
 #include "model/ops.h"
 #include "tests/support/random_tensor.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"
 #include "tests/support/thread_world.h"
@@ -213,24 +215,15 @@ TEST(GpuPath, MemoryTrackerReadsTheCachingAllocator) {
 // it. Several ranks on the GPU are the multi-process runs of ci/device-check.
 TEST(GpuPath, OverlapArmEqualsTheReferenceArmOnTheGpu) {
   SKIP_WITHOUT_GPU();
-  Recipe recipe = ParseRecipe(testing::SmallModelTable(3, 1) + R"(
-[parallel]
-device = "cuda"
-ep = 1
-[train]
-micro_batch = 2
-global_batch = 6
-iterations = 3
-lr = 1e-2
-[precision]
-recipe = "bf16"
-[arms.reference]
-engine = "reference"
-recompute = { granularity = "full", method = "uniform", num_layers = 1 }
-[arms.overlap]
-engine = "overlap"
-)",
-                              "gpu.toml");
+  const Recipe recipe = testing::RecipeBuilder(3, 1)
+                            .Set("parallel.device", "cuda")
+                            .Set("parallel.ep", 1)
+                            .Set("train.global_batch", 6)
+                            .Set("train.lr", 1e-2)
+                            .Set("precision.recipe", "bf16")
+                            .Arm("reference", "reference", testing::FullRecompute("uniform", 1))
+                            .Arm("overlap", "overlap")
+                            .Build("gpu.toml");
   testing::RankRecords reference = testing::TrainOnThreads(recipe, "reference");
   EXPECT_EQ(testing::FirstDifference(reference, testing::TrainOnThreads(recipe, "reference")), "")
       << "the reference arm does not reproduce itself on the GPU";
@@ -246,7 +239,7 @@ engine = "overlap"
 TEST(GpuPath, NcclAllToAllRunsOnTheCommStreamAndMovesBytesExactly) {
   SKIP_WITHOUT_GPU();
   c10d::TCPStoreOptions options;
-  options.port = static_cast<uint16_t>(testing::FreePort());
+  options.port = static_cast<uint16_t>(FreeLoopbackPort());
   options.isServer = true;
   options.numWorkers = 1;
   RankContext context;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/recipe.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"
 
@@ -23,56 +24,26 @@ struct Fp8Config {
 };
 
 std::string RecipeText(const Fp8Config& c) {
-  const std::string recompute =
-      c.recompute == "uniform" ? "{ granularity = \"full\", method = \"uniform\", num_layers = 1 }"
-                               : "{ granularity = \"full\", method = \"block\", num_layers = 3 }";
-  return R"(
-[model]
-hidden = 64
-heads = 4
-layers = 3
-first_k_dense = 1
-experts = 4
-topk = 2
-moe_ffn = 64
-ffn = 160
-vocab = 64
-seq_len = 16
-mtp_layers = )" +
-         std::to_string(c.mtp_layers) + R"(
-[parallel]
-ep = 2
-[train]
-micro_batch = 2
-global_batch = 12
-iterations = 3
-lr = 1e-2
-[precision]
-recipe = ")" +
-         c.precision + R"("
-[arms.reference]
-engine = "reference"
-recompute = )" +
-         recompute + R"(
-[arms.overlap]
-engine = "overlap"
-recompute = )" +
-         recompute + R"(
-[arms.reference_none]
-engine = "reference"
-)";
+  const std::string recompute = c.recompute == "uniform" ? testing::FullRecompute("uniform", 1)
+                                                         : testing::FullRecompute("block", 3);
+  // Wider than the small model, so that FP8 blocks of 32 and 128 both fit.
+  return testing::RecipeBuilder(3, c.mtp_layers)
+      .Set("model.hidden", 64)
+      .Set("model.moe_ffn", 64)
+      .Set("model.ffn", 160)
+      .Set("train.lr", 1e-2)
+      .Set("precision.recipe", c.precision)
+      .ParityArms(recompute)
+      .Text();
 }
 
 class Fp8ParityTest : public ::testing::TestWithParam<Fp8Config> {};
 
 TEST_P(Fp8ParityTest, ReproducibleAndBitwiseEqualAcrossArmsAndRecompute) {
   Recipe recipe = ParseRecipe(RecipeText(GetParam()), "fp8.toml");
-  testing::RankRecords reference = testing::TrainOnThreads(recipe, "reference");
-  EXPECT_EQ(testing::FirstDifference(reference, testing::TrainOnThreads(recipe, "reference")), "");
-  testing::RankRecords overlap = testing::TrainOnThreads(recipe, "overlap");
-  EXPECT_EQ(testing::FirstDifference(reference, overlap), "");
-  EXPECT_EQ(testing::FirstDifference(testing::TrainOnThreads(recipe, "reference_none"), overlap),
-            "");
+  const testing::RankRecords overlap = testing::ExpectOverlapEqualsReferences(recipe);
+  EXPECT_EQ(testing::FirstDifference(overlap, testing::TrainOnThreads(recipe, "overlap")), "")
+      << "the overlap arm reproduces itself";
 }
 
 INSTANTIATE_TEST_SUITE_P(

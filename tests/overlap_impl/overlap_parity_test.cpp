@@ -11,6 +11,7 @@
 
 #include "core/errors.h"
 #include "core/recipe.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"
 
@@ -31,41 +32,19 @@ std::string Name(const ParityConfig& c) {
 }
 
 std::string RecipeText(const ParityConfig& c) {
-  const std::string recompute = "{ granularity = \"full\", method = \"" + c.method +
-                                "\", num_layers = " + std::to_string(c.num_layers) + " }";
-  return testing::SmallModelTable(3, c.mtp_layers) + R"(dispatcher = ")" + c.dispatcher + R"("
-[parallel]
-ep = 2
-[train]
-micro_batch = 2
-global_batch = 12
-iterations = 3
-lr = 1e-2
-[precision]
-recipe = ")" +
-         c.precision + R"("
-[arms.reference]
-engine = "reference"
-recompute = )" +
-         recompute + R"(
-[arms.overlap]
-engine = "overlap"
-recompute = )" +
-         recompute + R"(
-[arms.reference_none]
-engine = "reference"
-)";
+  return testing::RecipeBuilder(3, c.mtp_layers)
+      .Set("model.dispatcher", c.dispatcher)
+      .Set("train.lr", 1e-2)
+      .Set("precision.recipe", c.precision)
+      .ParityArms(testing::FullRecompute(c.method, c.num_layers))
+      .Text();
 }
 
 class OverlapParityTest : public ::testing::TestWithParam<ParityConfig> {};
 
 TEST_P(OverlapParityTest, BitwiseEqualToTheReferenceArm) {
   Recipe recipe = ParseRecipe(RecipeText(GetParam()), Name(GetParam()) + ".toml");
-  testing::RankRecords reference = testing::TrainOnThreads(recipe, "reference");
-  testing::RankRecords overlap = testing::TrainOnThreads(recipe, "overlap");
-  EXPECT_EQ(testing::FirstDifference(reference, overlap), "");
-  EXPECT_EQ(testing::FirstDifference(testing::TrainOnThreads(recipe, "reference_none"), overlap),
-            "");
+  const testing::RankRecords overlap = testing::ExpectOverlapEqualsReferences(recipe);
   // The comparison covers every parameter on every rank, embedding and head included.
   for (const auto& params : overlap.params) {
     EXPECT_NE(std::find(params.begin(), params.end(), "embedding"), params.end());

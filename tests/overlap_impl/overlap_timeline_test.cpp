@@ -9,36 +9,27 @@
 #include "core/recipe.h"
 #include "overlap_impl/overlap_engine.h"
 #include "runtime/trainer.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/thread_world.h"
 
 namespace bitparity {
 namespace {
 
-const char kRecipe[] = R"(
-[model]
-hidden = 64
-heads = 4
-layers = 4
-first_k_dense = 1
-experts = 4
-topk = 2
-moe_ffn = 64
-ffn = 128
-vocab = 128
-seq_len = 32
-[parallel]
-ep = 2
-[train]
-micro_batch = 2
-global_batch = 16
-iterations = 2
-[arms.overlap]
-engine = "overlap"
-recompute = { granularity = "full", method = "uniform", num_layers = 1 }
-)";
+std::string RecipeText() {
+  return testing::RecipeBuilder(4, 0)
+      .Set("model.hidden", 64)
+      .Set("model.moe_ffn", 64)
+      .Set("model.ffn", 128)
+      .Set("model.vocab", 128)
+      .Set("model.seq_len", 32)
+      .Set("train.global_batch", 16)
+      .Set("train.iterations", 2)
+      .Arm("overlap", "overlap", testing::FullRecompute("uniform", 1))
+      .Text();
+}
 
 TEST(OverlapTimeline, AllToAllsCompleteWhileTheOtherMicrobatchComputes) {
-  Recipe recipe = ParseRecipe(kRecipe, "timeline.toml");
+  Recipe recipe = ParseRecipe(RecipeText(), "timeline.toml");
   const int64_t microbatches = recipe.microbatches_per_rank();
   std::vector<TimelineEvent> timeline;
   testing::RunOnThreadWorld(2, [&](int64_t rank, Communicator& comm) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/recipe.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"
 
@@ -11,28 +12,18 @@ namespace bitparity {
 namespace {
 
 std::string RecipeToml() {
-  return testing::SmallModelTable(4, 1) + R"([parallel]
-ep = 2
-[train]
-micro_batch = 2
-global_batch = 16
-iterations = 2
-[precision]
-recipe = "fp32"
-[arms.none]
-engine = "overlap"
-[arms.chunk]
-engine = "overlap"
-recompute = { granularity = "full", unit = "chunk" }
-[arms.segment]
-engine = "overlap"
-recompute = { granularity = "full", method = "uniform", num_layers = 1 }
-[arms.reference_chunk]
-engine = "reference"
-recompute = { granularity = "full", unit = "chunk" }
-[arms.reference_none]
-engine = "reference"
-)";
+  const std::string chunk = R"(recompute = { granularity = "full", unit = "chunk" })";
+  return testing::RecipeBuilder(4, 1)
+      .Set("train.global_batch", 16)
+      .Set("train.iterations", 2)
+      .Set("precision.recipe", "fp32")
+      .Arm("none", "overlap")
+      .Arm("chunk", "overlap", chunk)
+      .Arm("segment", "overlap",
+           R"(recompute = { granularity = "full", method = "uniform", num_layers = 1 })")
+      .Arm("reference_chunk", "reference", chunk)
+      .Arm("reference_none", "reference")
+      .Text();
 }
 
 TEST(RecomputeModes, NoneChunkAndSegmentAreBitwiseEqual) {

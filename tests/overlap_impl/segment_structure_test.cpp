@@ -8,6 +8,7 @@
 
 #include "core/recipe.h"
 #include "overlap_impl/overlap_engine.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"
 
@@ -15,16 +16,10 @@ namespace bitparity {
 namespace {
 
 std::string RecipeText(const std::string& recompute) {
-  return testing::SmallModelTable(3, 1) + R"([parallel]
-ep = 2
-[train]
-micro_batch = 2
-global_batch = 12
-iterations = 1
-[arms.overlap]
-engine = "overlap"
-recompute = )" +
-         recompute + "\n";
+  return testing::RecipeBuilder(3, 1)
+      .Set("train.iterations", 1)
+      .Arm("overlap", "overlap", "recompute = " + recompute)
+      .Text();
 }
 
 struct Violations {

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "core/recipe.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"
 
@@ -15,24 +16,13 @@ namespace bitparity {
 namespace {
 
 std::string RecipeText(int mtp_layers, const std::string& recompute, int layers = 3) {
-  return testing::SmallModelTable(layers, mtp_layers) + R"([parallel]
-ep = 2
-[train]
-micro_batch = 2
-global_batch = 12
-iterations = 2
-[precision]
-recipe = "fp32"
-[arms.reference]
-engine = "reference"
-recompute = )" +
-         recompute + R"(
-[arms.reference_none]
-engine = "reference"
-[arms.overlap]
-engine = "overlap"
-recompute = )" +
-         recompute + "\n";
+  return testing::RecipeBuilder(layers, mtp_layers)
+      .Set("train.iterations", 2)
+      .Set("precision.recipe", "fp32")
+      .Arm("reference", "reference", "recompute = " + recompute)
+      .Arm("reference_none", "reference")
+      .Arm("overlap", "overlap", "recompute = " + recompute)
+      .Text();
 }
 
 const char kNone[] = "{ granularity = \"none\" }";
@@ -85,12 +75,13 @@ TEST(SilentBugs, RoutingMetadataSharedAcrossMicrobatchesIsCaught) {
               differing.size(), difference.c_str());
   // One microbatch per rank never interleaves, so the same bug is invisible there: the reason the
   // parity matrix runs several microbatches through the combined schedule.
-  Recipe one = ParseRecipe(
-      testing::SmallModelTable(4, 0) +
-          "[parallel]\nep = 2\n[train]\nmicro_batch = 2\nglobal_batch = 4\niterations = 2\n"
-          "[precision]\nrecipe = \"fp32\"\n[arms.reference]\nengine = \"reference\"\n"
-          "[arms.overlap]\nengine = \"overlap\"\n",
-      "one_microbatch.toml");
+  Recipe one = testing::RecipeBuilder(4, 0)
+                   .Set("train.global_batch", 4)
+                   .Set("train.iterations", 2)
+                   .Set("precision.recipe", "fp32")
+                   .Arm("reference", "reference")
+                   .Arm("overlap", "overlap")
+                   .Build("one_microbatch.toml");
   EXPECT_EQ(WithBug(one, "overlap", "reference", bugs), "");
 }
 

@@ -12,40 +12,24 @@
 #include "core/float_bits.h"
 #include "core/recipe.h"
 #include "runtime/trainer.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
 namespace {
 
 std::string RecipeText(int mtp_layers, const std::string& precision) {
-  std::string text = testing::SmallModelTable(3, mtp_layers) + R"([train]
-micro_batch = 2
-global_batch = 6
-iterations = 3
-lr = 1e-2
-[precision]
-recipe = ")" + precision +
-                     R"("
-[arms.none]
-engine = "reference"
-[arms.uniform1]
-engine = "reference"
-recompute = { granularity = "full", method = "uniform", num_layers = 1 }
-[arms.block1]
-engine = "reference"
-recompute = { granularity = "full", method = "block", num_layers = 1 }
-[arms.block3]
-engine = "reference"
-recompute = { granularity = "full", method = "block", num_layers = 3 }
-)";
-  if (mtp_layers == 0) {
-    text += R"(
-[arms.uniform2]
-engine = "reference"
-recompute = { granularity = "full", method = "uniform", num_layers = 2 }
-)";
-  }
-  return text;
+  testing::RecipeBuilder recipe(3, mtp_layers);
+  recipe.Set("parallel.ep", 1)
+      .Set("train.global_batch", 6)
+      .Set("train.lr", 1e-2)
+      .Set("precision.recipe", precision)
+      .Arm("none", "reference")
+      .Arm("uniform1", "reference", testing::FullRecompute("uniform", 1))
+      .Arm("block1", "reference", testing::FullRecompute("block", 1))
+      .Arm("block3", "reference", testing::FullRecompute("block", 3));
+  if (mtp_layers == 0) recipe.Arm("uniform2", "reference", testing::FullRecompute("uniform", 2));
+  return recipe.Text();
 }
 
 std::vector<IterationRecord> Train(const Recipe& recipe, const std::string& arm) {

@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <sstream>
 
+#include "core/rank_protocol.h"
 #include "harness/process.h"
 
 namespace bitparity::testing {
@@ -111,9 +113,9 @@ std::vector<int64_t> RankProcessGroups(const std::string& log_dir) {
     std::istringstream in(ReadFile(entry.path().string()));
     std::string line;
     while (std::getline(in, line)) {
-      if (line.rfind("@rank ", 0) != 0) continue;
-      const size_t at = line.find(" pgid=");
-      if (at != std::string::npos) groups.push_back(std::stoll(line.substr(at + 6)));
+      if (std::optional<RankIdentity> identity = ParseRankIdentityLine(line)) {
+        groups.push_back(identity->process_group);
+      }
     }
   }
   std::sort(groups.begin(), groups.end());

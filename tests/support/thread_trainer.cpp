@@ -1,5 +1,7 @@
 #include "tests/support/thread_trainer.h"
 
+#include <gtest/gtest.h>
+
 #include <sstream>
 
 #include "core/float_bits.h"
@@ -72,6 +74,15 @@ std::vector<std::string> DifferingGrads(const RankRecords& a, const RankRecords&
     if (x.grad_digests[p] != y.grad_digests[p]) names.push_back(a.params[rank][p]);
   }
   return names;
+}
+
+RankRecords ExpectOverlapEqualsReferences(const Recipe& recipe) {
+  RankRecords reference = TrainOnThreads(recipe, "reference");
+  RankRecords overlap = TrainOnThreads(recipe, "overlap");
+  EXPECT_EQ(FirstDifference(reference, overlap), "") << "overlap vs reference";
+  EXPECT_EQ(FirstDifference(TrainOnThreads(recipe, "reference_none"), overlap), "")
+      << "overlap vs reference_none";
+  return overlap;
 }
 
 }  // namespace bitparity::testing

@@ -33,6 +33,10 @@ RankRecords TrainOnThreads(const Recipe& recipe, const std::string& arm,
 // "" when identical, else the first difference (iteration, rank, record, parameter).
 std::string FirstDifference(const RankRecords& a, const RankRecords& b);
 
+// Trains the arms of RecipeBuilder::ParityArms and expects the overlap arm to equal both
+// reference arms bit for bit (with and without recompute); returns the overlap arm's records.
+RankRecords ExpectOverlapEqualsReferences(const Recipe& recipe);
+
 // The parameters whose main grad differs at 1-based `iteration` on `rank`.
 std::vector<std::string> DifferingGrads(const RankRecords& a, const RankRecords& b,
                                         int64_t iteration, int64_t rank);

@@ -1,34 +1,18 @@
 #include "tests/support/thread_world.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-namespace bitparity::testing {
+#include "harness/launcher.h"
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
+namespace bitparity::testing {
 
 void RunOnThreadWorld(int64_t world,
                       const std::function<void(int64_t rank, Communicator& comm)>& body,
                       std::chrono::milliseconds timeout, DeviceKind device) {
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   std::mutex mutex;
   std::exception_ptr error;
   std::vector<std::thread> threads;

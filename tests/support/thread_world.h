@@ -21,8 +21,6 @@ void RunOnThreadWorld(int64_t world,
                       std::chrono::milliseconds timeout = std::chrono::seconds(60),
                       DeviceKind device = DeviceKind::kCpu);
 
-int FreePort();
-
 }  // namespace bitparity::testing
 
 #endif  // BITPARITY_TESTS_SUPPORT_THREAD_WORLD_H_

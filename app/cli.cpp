@@ -1,22 +1,27 @@
-#include "harness/cli.h"
+#include "app/cli.h"
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "core/cuda_support.h"
 #include "core/determinism.h"
 #include "core/errors.h"
 #include "core/provenance.h"
+#include "core/rank_protocol.h"
 #include "core/recipe.h"
 #include "core/recompute_plan.h"
 #include "core/trace.h"
+#include "core/trace_keys.h"
 #include "harness/launcher.h"
 #include "harness/matrix_command.h"
 #include "harness/run_command.h"
 #include "harness/trace_compare.h"
+#include "runtime/plan_command.h"
+#include "runtime/worker.h"
 
 namespace bitparity {
 namespace {
@@ -26,22 +31,6 @@ namespace fs = std::filesystem;
 constexpr char kExitCodesHelp[] =
     "Exit codes: 0 pass, 1 a check failed (traces differ), 2 bad input (recipe, command line,\n"
     "trace or golden; nothing is written), 3 infrastructure fault (a rank crashed or timed out).";
-
-std::string SegmentsText(const RecomputePlan& plan, int64_t decoder_layers) {
-  if (plan.segments.empty()) return "none";
-  std::string out;
-  for (const LayerSegment& s : plan.segments) {
-    out += out.empty() ? "" : " ";
-    if (s.mtp) {
-      out += "[mtp" + std::to_string(s.first_layer - decoder_layers) + "]";
-    } else if (s.num_layers == 1) {
-      out += "[" + std::to_string(s.first_layer) + "]";
-    } else {
-      out += "[" + std::to_string(s.first_layer) + "-" + std::to_string(s.last_layer()) + "]";
-    }
-  }
-  return out;
-}
 
 std::string RecomputeText(const RecomputeConfig& r) {
   if (!r.full()) return "none";
@@ -96,7 +85,7 @@ int Validate(const std::string& path) {
     std::cout << "  arm " << arm.name << ": engine " << ToString(arm.engine) << ", precision "
               << ToString(arm.precision.recipe) << ", dispatcher " << ToString(arm.dispatcher)
               << ", recompute " << RecomputeText(arm.recompute) << ", segments "
-              << SegmentsText(plan, m.layers) << "\n";
+              << FormatSegments(plan, m.layers) << "\n";
     for (const std::string& w : plan.warnings) std::cout << "    warning: " << w << "\n";
   }
   return kExitPass;
@@ -134,14 +123,14 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
 
   LaunchOptions launch;
   launch.executable = SelfExecutable();
-  launch.recipe_path = recipe.path;
-  launch.arm = arm_name;
+  launch.worker.recipe_path = recipe.path;
+  launch.worker.arm = arm_name;
   launch.trace_path = o.out;
   launch.log_dir = o.log_dir.empty() ? o.out + ".logs" : o.log_dir;
   launch.world_size = recipe.world_size();
   launch.timeout_seconds = recipe.parallel.timeout_seconds;
-  launch.trace_attributes["command_line"] = command_line;
-  if (o.memory_timeline) launch.worker_arguments.push_back("--memory-timeline");
+  launch.trace_attributes[trace_keys::kCommandLine] = command_line;
+  launch.worker.memory_timeline = o.memory_timeline;
   if (!o.quiet) {
     launch.on_progress = [](const ProgressEvent& e) {
       std::printf("  iteration %lld/%lld  loss %.6f  %.3f s\n", static_cast<long long>(e.iteration),
@@ -156,8 +145,7 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
     std::cerr << "error: " << result.failure;
     return result.exit_code;
   }
-  Trace trace = ReadTrace(o.out);
-  const auto& its = trace.ranks[0].iterations;
+  const auto& its = result.trace.ranks[0].iterations;
   std::printf("wrote %s: %zu iterations, loss %.6f -> %.6f, %.1f s\n", o.out.c_str(), its.size(),
               its.front().loss, its.back().loss, result.seconds);
   return kExitPass;
@@ -231,9 +219,47 @@ std::string JoinArgs(int argc, char** argv) {
   return out;
 }
 
+// Parses argv into `app`; the exit code when parsing ended the command (help printed: 0, a bad
+// command line: 2), nullopt when the chosen command should run.
+std::optional<int> Parse(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitBadInput;
+  }
+  return std::nullopt;
+}
+
+// `bitparity worker ...`: one rank process (core/rank_protocol.h spells its flags).
+int RunWorkerCommand(int argc, char** argv) {
+  CLI::App app{"bitparity rank process: trains one arm on this rank and writes its trace part"};
+  WorkerRequest request;
+  app.add_option(kWorkerFlagRecipe, request.recipe_path, "Recipe file")->required();
+  app.add_option(kWorkerFlagArm, request.arm, "Arm of the recipe to train")->required();
+  app.add_option(kWorkerFlagOutDir, request.out_dir, "Directory for rank_<r>.h5")->required();
+  app.add_option(kWorkerFlagDumpAt, request.dump_at,
+                 "Also store full main grads at these iterations")
+      ->delimiter(',');
+  app.add_option(kWorkerFlagStopAfter, request.stop_after,
+                 "Stop after this iteration (0: run them all)");
+  app.add_flag(kWorkerFlagMemoryTimeline, request.memory_timeline,
+               "Record live bytes at every phase mark");
+  if (std::optional<int> exit_code = Parse(app, argc, argv)) return *exit_code;
+  return RunMappingErrors([&] { return RunWorker(request); }, std::cerr, kRankExitFailed);
+}
+
 }  // namespace
 
-int RunCli(int argc, char** argv, const CliHooks& hooks) {
+int RunCli(int argc, char** argv) {
+  // Rank processes are started as `bitparity worker ...` by the launcher (or by srun/torchrun).
+  if (argc > 1 && std::string(argv[1]) == kWorkerCommand) {
+    return RunWorkerCommand(argc - 1, argv + 1);
+  }
   CLI::App app{
       "bitparity: a deterministic test-and-benchmark harness for MoE training optimizations.\n"
       "It trains arms (engines) of a recipe on real rank processes, requires them to agree bit\n"
@@ -351,46 +377,35 @@ int RunCli(int argc, char** argv, const CliHooks& hooks) {
   merge->add_option("PARTS_DIR", merge_dir, "Directory holding rank_<r>.h5 parts")->required();
   merge->add_option("--out", merge_out, "Trace file to write")->required();
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitBadInput;
-  }
+  if (std::optional<int> exit_code = Parse(app, argc, argv)) return *exit_code;
 
-  try {
-    if (*info) return Info();
-    if (*validate) return Validate(validate_recipe);
-    if (*matrix) {
-      matrix_options.command_line = JoinArgs(argc, argv);
-      return RunMatrix(matrix_options, std::cout);
-    }
-    if (*run) {
-      std::stringstream arms(run_arms);
-      std::string arm;
-      while (std::getline(arms, arm, ',')) {
-        if (!arm.empty()) run_options.arms.push_back(arm);
-      }
-      run_options.command_line = JoinArgs(argc, argv);
-      return RunRecipe(run_options, std::cout).exit_code;
-    }
-    if (*arm) return RunArm(arm_options, JoinArgs(argc, argv));
-    if (*diff) return Diff(diff_a, diff_b, diff_show);
-    if (*merge) return Merge(merge_dir, merge_out);
-    if (*timeline) return Timeline(timeline_trace, timeline_rank, timeline_iteration, timeline_csv);
-    if (*plan) return hooks.print_plan(plan_recipe, plan_arm, plan_json);
-  } catch (const InputError& e) {
-    std::cerr << "error: " << e.what() << std::endl;
-    return kExitBadInput;
-  } catch (const InfrastructureError& e) {
-    std::cerr << "infrastructure error: " << e.what() << std::endl;
-    return kExitInfrastructure;
-  }
-  return kExitBadInput;
+  return RunMappingErrors(
+      [&] {
+        if (*info) return Info();
+        if (*validate) return Validate(validate_recipe);
+        if (*matrix) {
+          matrix_options.command_line = JoinArgs(argc, argv);
+          return RunMatrix(matrix_options, std::cout);
+        }
+        if (*run) {
+          std::stringstream arms(run_arms);
+          std::string arm;
+          while (std::getline(arms, arm, ',')) {
+            if (!arm.empty()) run_options.arms.push_back(arm);
+          }
+          run_options.command_line = JoinArgs(argc, argv);
+          return RunRecipe(run_options, std::cout).exit_code;
+        }
+        if (*arm) return RunArm(arm_options, JoinArgs(argc, argv));
+        if (*diff) return Diff(diff_a, diff_b, diff_show);
+        if (*merge) return Merge(merge_dir, merge_out);
+        if (*timeline) {
+          return Timeline(timeline_trace, timeline_rank, timeline_iteration, timeline_csv);
+        }
+        if (*plan) return PrintPlan(plan_recipe, plan_arm, plan_json);
+        return static_cast<int>(kExitBadInput);
+      },
+      std::cerr);
 }
 
 }  // namespace bitparity

@@ -1,0 +1,187 @@
+// The pure parts of the harness, without rank processes: the checks over hand-built traces, the
+// fingerprint, and the matrix expansion.
+
+#include "harness/checks.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/errors.h"
+#include "core/trace_keys.h"
+#include "harness/fingerprint.h"
+#include "harness/matrix_command.h"
+#include "tests/support/test_support.h"
+#include "tests/support/trace_builder.h"
+
+namespace bitparity {
+namespace {
+
+float NextUp(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  ++bits;
+  std::memcpy(&v, &bits, sizeof(bits));
+  return v;
+}
+
+TEST(Checks, ReproducesNamesTheFirstRunThatDiffers) {
+  const Trace run = testing::MakeTrace(2, 3);
+  Trace third = run;
+  third.ranks[1].iterations[2].param_digests[1] ^= 1;
+  CheckResult c = CheckReproduces("overlap", {&run, &run, &third, &third});
+  EXPECT_EQ(c.kind, CheckKind::kReproduces);
+  EXPECT_EQ(c.arm, "overlap");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_EQ(c.differing_run, 3);
+  EXPECT_EQ(c.differing_records, 1);
+  EXPECT_GT(c.compared_records, 0);
+  EXPECT_NE(c.summary.find("run 3 differs from run 1"), std::string::npos) << c.summary;
+}
+
+TEST(Checks, OneUlpInOneDumpedGradientFailsBitwiseAndPassesOneUlp) {
+  const Trace baseline = testing::MakeTrace(2, 3);
+  Trace arm = baseline;
+  float& v = arm.ranks[0].grad_dumps.at(2)[1].values[3];
+  v = NextUp(v);
+  Tolerance ulps;
+  ulps.kind = Tolerance::Kind::kUlps;
+  ulps.ulps = 1;
+  CheckResult one_ulp = CheckGradients("overlap", arm, "reference", baseline, ulps);
+  EXPECT_EQ(one_ulp.verdict, Verdict::kPass) << one_ulp.summary;
+  EXPECT_EQ(one_ulp.figures["max_ulps"].get<uint64_t>(), 1u);
+  // Bitwise compares digests, which the dump's change does not touch: change the digest too.
+  arm.ranks[0].iterations[1].grad_digests[1] ^= 1;
+  CheckResult bitwise = CheckGradients("overlap", arm, "reference", baseline, Tolerance{});
+  EXPECT_EQ(bitwise.kind, CheckKind::kGradients);
+  EXPECT_EQ(bitwise.verdict, Verdict::kFail);
+  ASSERT_TRUE(bitwise.difference.has_value());
+  EXPECT_EQ(bitwise.difference->iteration, 2);
+  EXPECT_EQ(bitwise.difference->param, "b");
+  ASSERT_TRUE(bitwise.difference->tensor.has_value());
+  EXPECT_EQ(bitwise.difference->tensor->first_index, 3);
+  EXPECT_EQ(bitwise.difference->tensor->first_ulps, 1u);
+}
+
+TEST(Checks, LossToleranceAdmitsWhatItSaysAndNoMore) {
+  const Trace baseline = testing::MakeTrace(1, 3);
+  Trace arm = baseline;
+  arm.ranks[0].iterations[1].loss += 1e-4f;
+  Tolerance loose;
+  loose.kind = Tolerance::Kind::kAbsRel;
+  loose.atol = 1e-3;
+  EXPECT_EQ(CheckLosses("a", arm, "b", baseline, loose).verdict, Verdict::kPass);
+  Tolerance tight = loose;
+  tight.atol = 1e-5;
+  CheckResult c = CheckLosses("a", arm, "b", baseline, tight);
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  ASSERT_TRUE(c.difference.has_value());
+  EXPECT_EQ(c.difference->iteration, 2);
+  EXPECT_EQ(c.difference->record, "loss");
+  EXPECT_EQ(CheckLosses("a", arm, "b", baseline, Tolerance{}).verdict, Verdict::kFail);
+}
+
+TEST(Checks, MemoryBoundComparesTheRatio) {
+  const MemoryBound bound{"overlap", "reference", 0.5};
+  CheckResult within = CheckMemory(bound, 40, 100);
+  EXPECT_EQ(within.kind, CheckKind::kMemory);
+  EXPECT_EQ(within.arm, "overlap");
+  EXPECT_EQ(within.verdict, Verdict::kPass);
+  EXPECT_DOUBLE_EQ(within.figures["ratio"].get<double>(), 0.4);
+  EXPECT_EQ(CheckMemory(bound, 51, 100).verdict, Verdict::kFail);
+  EXPECT_EQ(MemoryCheckName(bound), "overlap vs reference: peak memory");
+}
+
+TEST(Checks, MemoryModelNeedsAPredictionAndGatesOnTheRelativeError) {
+  Trace trace = testing::MakeTrace(2, 2);  // peak 1002 bytes on every rank
+  EXPECT_EQ(CheckMemoryModel("a", trace, 0.1).verdict, Verdict::kSkipped);
+  for (RankTrace& rank : trace.ranks) {
+    rank.attributes[trace_keys::kMemoryModelPredictedPeakBytes] = "1000";
+  }
+  EXPECT_EQ(CheckMemoryModel("a", trace, 0.1).verdict, Verdict::kPass);
+  trace.ranks[1].attributes[trace_keys::kMemoryModelPredictedPeakBytes] = "800";
+  CheckResult c = CheckMemoryModel("a", trace, 0.1);
+  EXPECT_EQ(c.verdict, Verdict::kFail) << c.summary;
+  EXPECT_NEAR(c.figures["worst_relative_error"].get<double>(), 0.2525, 1e-9);
+}
+
+TEST(Checks, GoldenOfAnotherRecipeTextFailsAndAMissingOneIsSkipped) {
+  const Trace run = testing::MakeTrace(1, 2);
+  Trace golden = run;
+  EXPECT_EQ(CheckGolden("reference", run, &golden, "").verdict, Verdict::kPass);
+  EXPECT_EQ(CheckGolden("reference", run, nullptr, "no golden").verdict, Verdict::kSkipped);
+  golden.attributes[trace_keys::kRecipe] = "[model]\nhidden = 8\n";
+  CheckResult c = CheckGolden("reference", run, &golden, "");
+  EXPECT_EQ(c.kind, CheckKind::kGolden);
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_NE(c.summary.find("different recipe text"), std::string::npos) << c.summary;
+}
+
+std::map<std::string, std::string> Provenance() {
+  return {{"libtorch_version", "2.11.0"}, {"blas", "mkl 2024.2-Product"},
+          {"mkl_cbwr", "AUTO,STRICT"},    {"cpu_flags", "avx512f amx"},
+          {"compiler", "gcc 12.2.0"},     {"device", "cpu"},
+          {"host", "machine-a"},          {"git_revision", "abc"}};
+}
+
+TEST(Fingerprint, KeyFollowsTheFactsThatDecideBitsOnly) {
+  const Fingerprint base = MakeFingerprint(Provenance(), 2, 2);
+  EXPECT_EQ(base.key.rfind("cpu-", 0), 0u) << base.key;
+  EXPECT_EQ(base.key.size(), 16u) << base.key;
+  EXPECT_EQ(MakeFingerprint(Provenance(), 2, 2).key, base.key);
+  std::map<std::string, std::string> other_host = Provenance();
+  other_host["host"] = "machine-b";
+  other_host["git_revision"] = "def";
+  EXPECT_EQ(MakeFingerprint(other_host, 2, 2).key, base.key);
+  std::map<std::string, std::string> other_blas = Provenance();
+  other_blas["blas"] = "libopenblas.so.0";
+  const Fingerprint blas = MakeFingerprint(other_blas, 2, 2);
+  EXPECT_NE(blas.key, base.key);
+  EXPECT_EQ(base.DifferingFields(blas), "blas");
+  EXPECT_EQ(base.DifferingFields(MakeFingerprint(Provenance(), 1, 4)),
+            "threads_per_rank, world_size");
+  EXPECT_EQ(base.fields.count("gpu_name"), 0u);
+}
+
+TEST(Fingerprint, GpuRunsAddTheGpuAndItsLibraries) {
+  std::map<std::string, std::string> gpu = Provenance();
+  gpu["device"] = "cuda";
+  gpu["gpu_name"] = "NVIDIA H200";
+  gpu["cublas"] = "13.0";
+  const Fingerprint f = MakeFingerprint(gpu, 1, 1);
+  EXPECT_EQ(f.key.rfind("cuda-", 0), 0u) << f.key;
+  EXPECT_EQ(f.fields.at("gpu_name"), "NVIDIA H200");
+  EXPECT_EQ(f.fields.at("nccl"), "unknown");
+}
+
+TEST(Fingerprint, TraceFingerprintReadsTheRecordedProvenance) {
+  Trace trace = testing::MakeTrace(2, 1);
+  for (const auto& [key, value] : Provenance()) {
+    trace.ranks[0].attributes[trace_keys::kProvenancePrefix + key] = value;
+  }
+  trace.attributes[trace_keys::kThreadsPerRank] = "2";
+  EXPECT_EQ(TraceFingerprint(trace).key, MakeFingerprint(Provenance(), 2, 2).key);
+}
+
+TEST(MatrixExpansion, ShippedMatrixIsTheFullProductWithAxesInNameOrder) {
+  const Matrix m = LoadMatrix(testing::SourceDir() + "/recipes/matrix.toml");
+  // A TOML table has no order: the axes come in name order, values in the file's order.
+  EXPECT_EQ(m.axes,
+            (std::vector<std::string>{"dispatcher", "mtp_layers", "precision", "recompute"}));
+  ASSERT_EQ(m.cells.size(), 3u * 4u * 2u * 2u);
+  EXPECT_EQ(m.cells.front().name, "alltoall-mtp0-bf16-uniform1");
+  EXPECT_EQ(m.cells.back().name, "flex-mtp1-mxfp8-block3");
+  EXPECT_NE(m.cells.front().recipe_text.find("matrix-alltoall-mtp0-bf16-uniform1"),
+            std::string::npos);
+  int ci = 0;
+  for (const MatrixCell& cell : m.cells) ci += CellMatches(m, cell, "ci");
+  EXPECT_EQ(ci, 6);
+  EXPECT_TRUE(CellMatches(m, m.cells.front(), "precision=bf16|mxfp8, dispatcher=alltoall"));
+  EXPECT_FALSE(CellMatches(m, m.cells.back(), "precision=bf16|mxfp8, dispatcher=alltoall"));
+  EXPECT_THROW(CellMatches(m, m.cells.front(), "colour=red"), InputError);
+  EXPECT_THROW(CellMatches(m, m.cells.front(), "nonsense"), InputError);
+}
+
+}  // namespace
+}  // namespace bitparity

@@ -1,0 +1,474 @@
+// The reporters' output, pinned line by line (Google Benchmark's output tests): a report built
+// by hand from hand-built traces, with the real checks and the localizer, turned into the
+// console summary, report.json and junit.xml. A change of any reporter's output is a change of
+// this file.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
+#include "harness/checks.h"
+#include "harness/localizer.h"
+#include "harness/report.h"
+#include "tests/support/trace_builder.h"
+
+namespace bitparity {
+namespace {
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+// Compares `actual` with `expected` line by line and names the first line that differs.
+// A leading newline of `expected` (after the raw string's opening) is not part of it.
+void ExpectLines(const std::string& actual, const std::string& expected) {
+  const std::vector<std::string> a = Lines(actual);
+  const std::vector<std::string> e =
+      Lines(!expected.empty() && expected[0] == '\n' ? expected.substr(1) : expected);
+  for (size_t i = 0; i < std::min(a.size(), e.size()); ++i) {
+    ASSERT_EQ(a[i], e[i]) << "line " << i + 1 << " differs; the whole output:\n" << actual;
+  }
+  ASSERT_EQ(a.size(), e.size()) << "the whole output:\n" << actual;
+}
+
+// Flips the lowest bit of one element of a dumped main grad (one ulp) and its digest.
+void PerturbGrad(Trace& trace, int64_t rank, int64_t iteration) {
+  IterationRecord& record = trace.ranks[rank].iterations[iteration - 1];
+  record.grad_digests[0] ^= 1;
+  auto dumps = trace.ranks[rank].grad_dumps.find(iteration);
+  if (dumps != trace.ranks[rank].grad_dumps.end()) {
+    float& v = dumps->second[0].values[5];
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    bits ^= 1;
+    std::memcpy(&v, &bits, sizeof(bits));
+  }
+}
+
+// What went wrong in the hand-built runs.
+enum class Scenario {
+  // The overlap arm's gradient of "w" on rank 1 differs by one ulp in element 5 at iteration 3,
+  // where no dump was stored; the localizer's rerun (dumps at 3) names the element.
+  kGradientOneUlp,
+  // The overlap arm's loss at iteration 2 is 1e-4 off, beyond the recipe's 1e-6 tolerance, and
+  // its second run could not finish.
+  kLossAndCrash,
+};
+
+// Two arms on two ranks, two runs each.
+RunReport MakeReport(Scenario scenario) {
+  const Trace reference = testing::MakeTrace(2, 3);
+  Trace overlap = reference;
+  Tolerance loss_policy;
+  if (scenario == Scenario::kGradientOneUlp) {
+    PerturbGrad(overlap, 1, 3);
+  } else {
+    for (RankTrace& rank : overlap.ranks) rank.iterations[1].loss += 1e-4f;
+    loss_policy.kind = Tolerance::Kind::kAbsRel;
+    loss_policy.atol = 1e-6;
+  }
+
+  RunReport report;
+  report.name = "tiny";
+  report.recipe_name = "tiny";
+  report.recipe_path = "/recipes/tiny.toml";
+  report.fingerprint.fields = {{"device", "cpu"}, {"threads", "1"}, {"world_size", "2"}};
+  report.fingerprint.key = "cpu-0123456789ab";
+  report.baseline = "reference";
+  report.golden_path = "/golden/tiny/cpu-0123456789ab.h5";
+  report.golden_present = false;
+  report.repeats = 2;
+  report.arms = {{"reference",
+                  "reference",
+                  {SummarizeRun(reference, "/out/reference/run1/trace.h5", 1.5, 1),
+                   SummarizeRun(reference, "/out/reference/run2/trace.h5", 1.25, 2)}},
+                 {"overlap",
+                  "overlap",
+                  {SummarizeRun(overlap, "/out/overlap/run1/trace.h5", 1.0, 1),
+                   SummarizeRun(overlap, "/out/overlap/run2/trace.h5", 1.0, 2)}}};
+  std::vector<std::vector<ComparedRun>> compared;
+  report.checks.push_back(CheckReproduces("reference", {&reference, &reference}));
+  compared.push_back({{"reference", 1}, {"reference", 2}});
+  if (scenario == Scenario::kLossAndCrash) {
+    report.arms[1].runs.pop_back();
+    CheckResult crash;
+    crash.kind = CheckKind::kRun;
+    crash.arm = "overlap";
+    crash.name = "overlap run 2";
+    crash.verdict = Verdict::kError;
+    crash.summary = "rank 1 was killed by signal 9 (Killed) (arm 'overlap', 2 rank(s), after 2 s)";
+    crash.details = "  rank 0 exited with code 3\n";
+    report.checks.push_back(crash);
+  } else {
+    report.checks.push_back(CheckReproduces("overlap", {&overlap, &overlap}));
+  }
+  compared.push_back({{"overlap", 1}, {"overlap", 2}});
+  report.checks.push_back(CheckLosses("overlap", overlap, "reference", reference, loss_policy));
+  compared.push_back({{"overlap", 1}, {"reference", 1}});
+  report.checks.push_back(CheckGradients("overlap", overlap, "reference", reference, Tolerance{}));
+  compared.push_back({{"overlap", 1}, {"reference", 1}});
+  report.checks.push_back(
+      CheckGolden("reference", reference, nullptr, "no golden for this machine's fingerprint"));
+  compared.push_back({{"reference", 1}, {"", 0}});
+
+  LocalizeFailures(report.checks, compared, nullptr,
+                   [&](const ComparedRun& run, int64_t iteration, const std::string&) {
+                     Trace rerun = testing::MakeTrace(2, 3);
+                     for (RankTrace& rank : rerun.ranks) {
+                       rank.grad_dumps[iteration] = rank.grad_dumps.at(2);
+                     }
+                     if (run.arm == "overlap") PerturbGrad(rerun, 1, iteration);
+                     return std::optional<Trace>(rerun);
+                   });
+  report.seconds = 4.75;
+  report.timestamp = "2026-12-01T12:00:00";
+  report.out_dir = "/out";
+  report.exit_code = ExitCodeOf(report.checks);
+  return report;
+}
+
+TEST(ReportOutput, ExitCodeIsTheWorstVerdict) {
+  EXPECT_EQ(MakeReport(Scenario::kGradientOneUlp).exit_code, kExitCheckFailed);
+  EXPECT_EQ(MakeReport(Scenario::kLossAndCrash).exit_code, kExitInfrastructure);
+  CheckResult error;
+  error.verdict = Verdict::kError;
+  CheckResult failed;
+  failed.verdict = Verdict::kFail;
+  EXPECT_EQ(ExitCodeOf({failed, error}), kExitInfrastructure);
+  EXPECT_EQ(ExitCodeOf({}), kExitPass);
+}
+
+TEST(ReportOutput, ConsoleSummaryIsPinned) {
+  ExpectLines(ConsoleReport(MakeReport(Scenario::kGradientOneUlp)), R"pinned(
+
+recipe tiny (/recipes/tiny.toml), fingerprint cpu-0123456789ab, 4.8 s
+  arm                runs  loss first -> last        peak MiB  model MiB  s/iteration
+  reference             2  5.000000 -> 1.666667        0.00       0.00      0.500
+  overlap               2  5.000000 -> 1.666667        0.00       0.00      0.500
+checks:
+  PASS   reference reproduces itself      bit-identical: 60 records in each of 2 runs
+  PASS   overlap reproduces itself        bit-identical: 60 records in each of 2 runs
+  PASS   overlap vs reference: loss       bit-identical: 24 loss records (loss, lm, mtp, aux)
+  FAIL   overlap vs reference: gradients  first difference at iteration 3, rank 1: main grad of w differs (digest 0x6e448086c6e2ecc9 vs 0x6e448086c6e2ecc8); first differing element 5 [1, 1]: 0.0180000011 vs 0.0179999992 (1 ulp); 1 of 12 elements differ, max |diff| 1.86264515e-09, max 1 ulp; ulp histogram: 1:1
+  SKIP   golden: reference                no golden for this machine's fingerprint
+
+overlap vs reference: gradients:
+  first difference at iteration 3, rank 1: main grad of w differs (digest 0x6e448086c6e2ecc9 vs 0x6e448086c6e2ecc8); first differing element 5 [1, 1]: 0.0180000011 vs 0.0179999992 (1 ulp); 1 of 12 elements differ, max |diff| 1.86264515e-09, max 1 ulp; ulp histogram: 1:1
+  1 of 18 records differ
+  localized by rerun: first differing element 5 [1, 1]: 0.0180000011 vs 0.0179999992 (1 ulp); 1 of 12 elements differ, max |diff| 1.86264515e-09, max 1 ulp; ulp histogram: 1:1
+result: FAIL (exit 1); reports: /out/junit.xml, /out/report.json
+)pinned");
+}
+
+TEST(ReportOutput, JsonReportIsPinned) {
+  ExpectLines(JsonReport(MakeReport(Scenario::kGradientOneUlp)).dump(2), R"pinned(
+{
+  "arms": {
+    "overlap": {
+      "engine": "overlap",
+      "runs": [
+        {
+          "loss": [
+            5.0,
+            2.5,
+            1.6666666269302368
+          ],
+          "memory": [
+            {
+              "peak_bytes": 1003,
+              "predicted_peak_bytes": -1,
+              "rank": 0
+            },
+            {
+              "peak_bytes": 1003,
+              "predicted_peak_bytes": -1,
+              "rank": 1
+            }
+          ],
+          "peak_bytes": [
+            1001,
+            1002,
+            1003
+          ],
+          "peak_bytes_max": 1003,
+          "seconds": 1.0,
+          "step_seconds": [
+            0.5,
+            0.5,
+            0.5
+          ],
+          "trace": "/out/overlap/run1/trace.h5"
+        },
+        {
+          "loss": [
+            5.0,
+            2.5,
+            1.6666666269302368
+          ],
+          "memory": [
+            {
+              "peak_bytes": 1003,
+              "predicted_peak_bytes": -1,
+              "rank": 0
+            },
+            {
+              "peak_bytes": 1003,
+              "predicted_peak_bytes": -1,
+              "rank": 1
+            }
+          ],
+          "peak_bytes": [
+            1001,
+            1002,
+            1003
+          ],
+          "peak_bytes_max": 1003,
+          "seconds": 1.0,
+          "step_seconds": [
+            0.5,
+            0.5,
+            0.5
+          ],
+          "trace": "/out/overlap/run2/trace.h5"
+        }
+      ]
+    },
+    "reference": {
+      "engine": "reference",
+      "runs": [
+        {
+          "loss": [
+            5.0,
+            2.5,
+            1.6666666269302368
+          ],
+          "memory": [
+            {
+              "peak_bytes": 1003,
+              "predicted_peak_bytes": -1,
+              "rank": 0
+            },
+            {
+              "peak_bytes": 1003,
+              "predicted_peak_bytes": -1,
+              "rank": 1
+            }
+          ],
+          "peak_bytes": [
+            1001,
+            1002,
+            1003
+          ],
+          "peak_bytes_max": 1003,
+          "seconds": 1.5,
+          "step_seconds": [
+            0.5,
+            0.5,
+            0.5
+          ],
+          "trace": "/out/reference/run1/trace.h5"
+        },
+        {
+          "loss": [
+            5.0,
+            2.5,
+            1.6666666269302368
+          ],
+          "memory": [
+            {
+              "peak_bytes": 1003,
+              "predicted_peak_bytes": -1,
+              "rank": 0
+            },
+            {
+              "peak_bytes": 1003,
+              "predicted_peak_bytes": -1,
+              "rank": 1
+            }
+          ],
+          "peak_bytes": [
+            1001,
+            1002,
+            1003
+          ],
+          "peak_bytes_max": 1003,
+          "seconds": 1.25,
+          "step_seconds": [
+            0.5,
+            0.5,
+            0.5
+          ],
+          "trace": "/out/reference/run2/trace.h5"
+        }
+      ]
+    }
+  },
+  "baseline": "reference",
+  "checks": [
+    {
+      "arm": "reference",
+      "details": "",
+      "figures": {
+        "compared_records": 60,
+        "differing_records": 0,
+        "runs": 2
+      },
+      "kind": "reproduces",
+      "name": "reference reproduces itself",
+      "summary": "bit-identical: 60 records in each of 2 runs",
+      "verdict": "pass"
+    },
+    {
+      "arm": "overlap",
+      "details": "",
+      "figures": {
+        "compared_records": 60,
+        "differing_records": 0,
+        "runs": 2
+      },
+      "kind": "reproduces",
+      "name": "overlap reproduces itself",
+      "summary": "bit-identical: 60 records in each of 2 runs",
+      "verdict": "pass"
+    },
+    {
+      "arm": "overlap",
+      "details": "",
+      "figures": {
+        "compared_records": 24,
+        "differing_records": 0,
+        "policy": "bitwise"
+      },
+      "kind": "loss",
+      "name": "overlap vs reference: loss",
+      "summary": "bit-identical: 24 loss records (loss, lm, mtp, aux)",
+      "verdict": "pass"
+    },
+    {
+      "arm": "overlap",
+      "details": "1 of 18 records differ\nlocalized by rerun: first differing element 5 [1, 1]: 0.0180000011 vs 0.0179999992 (1 ulp); 1 of 12 elements differ, max |diff| 1.86264515e-09, max 1 ulp; ulp histogram: 1:1\n",
+      "figures": {
+        "compared_records": 18,
+        "differing_elements": 1,
+        "differing_records": 1,
+        "first_element": 5,
+        "max_abs_diff": 1.862645149230957e-09,
+        "max_ulps": 1,
+        "policy": "bitwise"
+      },
+      "first_difference": {
+        "differing_elements": 1,
+        "element": 5,
+        "iteration": 3,
+        "max_abs_diff": 1.862645149230957e-09,
+        "parameter": "w",
+        "position": [
+          1,
+          1
+        ],
+        "rank": 1,
+        "record": "grad_digest",
+        "ulp_histogram": {
+          "1": 1
+        },
+        "ulps": 1,
+        "value_a": 0.018000001087784767,
+        "value_b": 0.017999999225139618
+      },
+      "kind": "gradients",
+      "name": "overlap vs reference: gradients",
+      "summary": "first difference at iteration 3, rank 1: main grad of w differs (digest 0x6e448086c6e2ecc9 vs 0x6e448086c6e2ecc8); first differing element 5 [1, 1]: 0.0180000011 vs 0.0179999992 (1 ulp); 1 of 12 elements differ, max |diff| 1.86264515e-09, max 1 ulp; ulp histogram: 1:1",
+      "verdict": "fail"
+    },
+    {
+      "arm": "reference",
+      "details": "",
+      "figures": {},
+      "kind": "golden",
+      "name": "golden: reference",
+      "summary": "no golden for this machine's fingerprint",
+      "verdict": "skipped"
+    }
+  ],
+  "exit_code": 1,
+  "fingerprint": {
+    "fields": {
+      "device": "cpu",
+      "threads": "1",
+      "world_size": "2"
+    },
+    "key": "cpu-0123456789ab"
+  },
+  "golden": {
+    "path": "/golden/tiny/cpu-0123456789ab.h5",
+    "present": false
+  },
+  "recipe": {
+    "name": "tiny",
+    "path": "/recipes/tiny.toml"
+  },
+  "repeats": 2,
+  "seconds": 4.75,
+  "verdict": "fail"
+}
+)pinned");
+}
+
+TEST(ReportOutput, JunitReportIsPinned) {
+  // The matrix's form: one testsuite per report; a cell that could not run has no properties.
+  RunReport cell;
+  cell.name = "matrix.flex-mtp1-mxfp8-uniform2";
+  cell.timestamp = "2026-12-01T12:00:05";
+  CheckResult skipped;
+  skipped.kind = CheckKind::kCell;
+  skipped.name = "cell";
+  skipped.verdict = Verdict::kSkipped;
+  skipped.summary = "cannot run: recipe.toml: [recompute] num_layers must be 1 when mtp_layers > 0";
+  cell.checks.push_back(skipped);
+  ExpectLines(JunitReport({MakeReport(Scenario::kLossAndCrash), cell}), R"pinned(
+<?xml version="1.0" encoding="UTF-8"?>
+<testsuites name="bitparity" tests="6" failures="1" errors="1" skipped="2" time="4.75">
+  <testsuite name="tiny" tests="5" failures="1" errors="1" skipped="1" time="4.75" timestamp="2026-12-01T12:00:00">
+    <properties>
+      <property name="recipe" value="/recipes/tiny.toml" />
+      <property name="fingerprint" value="cpu-0123456789ab (device=cpu, threads=1, world_size=2)" />
+      <property name="baseline" value="reference" />
+    </properties>
+    <testcase classname="bitparity.tiny" name="reference reproduces itself" time="0">
+      <system-out>bit-identical: 60 records in each of 2 runs</system-out>
+    </testcase>
+    <testcase classname="bitparity.tiny" name="overlap run 2" time="0">
+      <error message="rank 1 was killed by signal 9 (Killed) (arm 'overlap', 2 rank(s), after 2 s)" type="bitparity.infrastructure">rank 1 was killed by signal 9 (Killed) (arm 'overlap', 2 rank(s), after 2 s)
+  rank 0 exited with code 3
+</error>
+    </testcase>
+    <testcase classname="bitparity.tiny" name="overlap vs reference: loss" time="0">
+      <failure message="first difference at iteration 2, rank 0: loss differs: 2.5000999 vs 2.5 (419 ulp); policy atol 1e-06, rtol 0" type="bitparity.mismatch">first difference at iteration 2, rank 0: loss differs: 2.5000999 vs 2.5 (419 ulp); policy atol 1e-06, rtol 0</failure>
+    </testcase>
+    <testcase classname="bitparity.tiny" name="overlap vs reference: gradients" time="0">
+      <system-out>bit-identical: 18 gradient records (norm, every main grad)</system-out>
+    </testcase>
+    <testcase classname="bitparity.tiny" name="golden: reference" time="0">
+      <skipped message="no golden for this machine's fingerprint" />
+    </testcase>
+  </testsuite>
+  <testsuite name="matrix.flex-mtp1-mxfp8-uniform2" tests="1" failures="0" errors="0" skipped="1" time="0" timestamp="2026-12-01T12:00:05">
+    <testcase classname="bitparity.matrix.flex-mtp1-mxfp8-uniform2" name="cell" time="0">
+      <skipped message="cannot run: recipe.toml: [recompute] num_layers must be 1 when mtp_layers > 0" />
+    </testcase>
+  </testsuite>
+</testsuites>
+)pinned");
+}
+
+}  // namespace
+}  // namespace bitparity

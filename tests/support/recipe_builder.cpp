@@ -1,0 +1,78 @@
+#include "tests/support/recipe_builder.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "tests/support/test_support.h"
+
+namespace bitparity::testing {
+
+RecipeBuilder::RecipeBuilder(int layers, int mtp_layers) {
+  root_ = toml::parse(SmallModelTable(layers, mtp_layers));
+  Set("parallel.ep", 2);
+  Set("train.micro_batch", 2);
+  Set("train.global_batch", 12);
+  Set("train.iterations", 3);
+}
+
+toml::table& RecipeBuilder::TableOf(const std::string& key, std::string* leaf) {
+  toml::table* table = &root_;
+  std::string rest = key;
+  for (size_t dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+    const std::string name = rest.substr(0, dot);
+    if (!table->contains(name)) table->insert(name, toml::table{});
+    table = (*table)[name].as_table();
+    if (table == nullptr) throw std::logic_error("RecipeBuilder: " + key + " runs through a value");
+    rest = rest.substr(dot + 1);
+  }
+  *leaf = rest;
+  return *table;
+}
+
+RecipeBuilder& RecipeBuilder::Set(const std::string& key, int64_t value) {
+  std::string leaf;
+  TableOf(key, &leaf).insert_or_assign(leaf, value);
+  return *this;
+}
+
+RecipeBuilder& RecipeBuilder::Set(const std::string& key, double value) {
+  std::string leaf;
+  TableOf(key, &leaf).insert_or_assign(leaf, value);
+  return *this;
+}
+
+RecipeBuilder& RecipeBuilder::Set(const std::string& key, const std::string& value) {
+  std::string leaf;
+  TableOf(key, &leaf).insert_or_assign(leaf, value);
+  return *this;
+}
+
+RecipeBuilder& RecipeBuilder::Arm(const std::string& name, const std::string& engine,
+                                  const std::string& overrides) {
+  toml::table arm = toml::parse(overrides);
+  arm.insert_or_assign("engine", engine);
+  std::string leaf;
+  TableOf("arms." + name, &leaf).insert_or_assign(leaf, arm);
+  return *this;
+}
+
+RecipeBuilder& RecipeBuilder::ParityArms(const std::string& recompute) {
+  return Arm("reference", "reference", recompute)
+      .Arm("overlap", "overlap", recompute)
+      .Arm("reference_none", "reference");
+}
+
+std::string FullRecompute(const std::string& method, int num_layers) {
+  return "recompute = { granularity = \"full\", method = \"" + method +
+         "\", num_layers = " + std::to_string(num_layers) + " }";
+}
+
+std::string RecipeBuilder::Text() const {
+  std::ostringstream out;
+  out << root_ << "\n";
+  return out.str();
+}
+
+Recipe RecipeBuilder::Build(const std::string& path) const { return ParseRecipe(Text(), path); }
+
+}  // namespace bitparity::testing

@@ -9,22 +9,44 @@
 namespace bitparity {
 namespace fp8 {
 
-uint8_t EncodeE4M3(float value) {
+namespace {
+
+// What rounding an fp32 value to one FP8 format needs.
+struct Fp8Encoding {
+  int mantissa_bits;        // 3 (E4M3) or 2 (E5M2)
+  float max_finite;         // values at or above it saturate to max_code
+  uint8_t max_code;         // the largest finite code
+  float min_normal;         // below it, the codes are multiples of the smallest subnormal
+  float subnormal_inverse;  // 1 / the smallest subnormal
+  uint32_t bias_offset;     // (127 - the format's exponent bias) << mantissa_bits
+};
+constexpr Fp8Encoding kE4M3{3, kE4M3Max, 0x7E, 0x1p-6f, 512.0f, 120u << 3};
+constexpr Fp8Encoding kE5M2{2, kE5M2Max, 0x7B, 0x1p-14f, 65536.0f, 112u << 2};
+
+// Rounds to nearest, ties to even, saturating; NaN stays NaN (code 0x7F with the sign).
+inline uint8_t Encode(float value, const Fp8Encoding& format) {
   const uint32_t bits = FloatBits(value);
   const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
   const uint32_t magnitude = bits & 0x7FFFFFFFu;
   if (magnitude > 0x7F800000u) return sign | 0x7F;  // NaN
   const float a = FloatFromBits(magnitude);
-  if (a >= kE4M3Max) return sign | 0x7E;  // saturate (infinity included)
-  if (a < 0x1p-6f) {
-    // Subnormal range: multiples of 2^-9; 8 * 2^-9 is the smallest normal, code 0x08.
-    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));
+  if (a >= format.max_finite) return sign | format.max_code;  // infinity included
+  if (a < format.min_normal) {
+    return sign | static_cast<uint8_t>(std::nearbyint(a * format.subnormal_inverse));
   }
-  // Round the fp32 mantissa to 3 bits, ties to even; a carry moves into the exponent.
-  const uint32_t rounded = (magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u)) >> 20;
-  const uint32_t code = std::min<uint32_t>(rounded - (120u << 3), 0x7Eu);
+  // Round the fp32 mantissa to the format's bits, ties to even; a carry moves into the exponent.
+  const int shift = 23 - format.mantissa_bits;
+  const uint32_t rounded =
+      (magnitude + ((1u << (shift - 1)) - 1u) + ((magnitude >> shift) & 1u)) >> shift;
+  const uint32_t code = std::min<uint32_t>(rounded - format.bias_offset, format.max_code);
   return sign | static_cast<uint8_t>(code);
 }
+
+}  // namespace
+
+uint8_t EncodeE4M3(float value) { return Encode(value, kE4M3); }
+
+uint8_t EncodeE5M2(float value) { return Encode(value, kE5M2); }
 
 namespace {
 
@@ -52,21 +74,6 @@ float DecodeE4M3(uint8_t code) {
     return table;
   }();
   return kTable[code];
-}
-
-uint8_t EncodeE5M2(float value) {
-  const uint32_t bits = FloatBits(value);
-  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
-  const uint32_t magnitude = bits & 0x7FFFFFFFu;
-  if (magnitude > 0x7F800000u) return sign | 0x7F;  // NaN
-  const float a = FloatFromBits(magnitude);
-  if (a >= kE5M2Max) return sign | 0x7B;  // saturate (infinity included)
-  if (a < 0x1p-14f) {
-    return sign | static_cast<uint8_t>(std::nearbyint(a * 65536.0f));  // multiples of 2^-16
-  }
-  const uint32_t rounded = (magnitude + 0xFFFFFu + ((magnitude >> 21) & 1u)) >> 21;
-  const uint32_t code = std::min<uint32_t>(rounded - (112u << 2), 0x7Bu);
-  return sign | static_cast<uint8_t>(code);
 }
 
 float DecodeE5M2(uint8_t code) {

@@ -27,8 +27,9 @@ inline constexpr char kWorkerFlagMemoryTimeline[] = "--memory-timeline";
 
 // Variables the harness sets for a rank (the world's own, RANK, WORLD_SIZE, MASTER_ADDR, ..., are
 // torchrun's and Slurm's; see core/rank_context.h).
-inline constexpr char kFaultVariable[] = "BITPARITY_FAULT";      // runtime/debug_switches.h
-inline constexpr char kPerturbVariable[] = "BITPARITY_PERTURB";  // runtime/debug_switches.h
+inline constexpr char kFaultVariable[] = "BITPARITY_FAULT";           // runtime/debug_switches.h
+inline constexpr char kPerturbVariable[] = "BITPARITY_PERTURB";       // runtime/debug_switches.h
+inline constexpr char kInjectBugVariable[] = "BITPARITY_INJECT_BUG";  // the same
 
 // A rank's exit code when it failed on its own (an unexpected exception, not bad input and not
 // a collective that lost its peers): the launcher names such a rank as the culprit. The other

@@ -58,6 +58,12 @@ const char* ToString(RecomputeMethod method) { return NameIn(kMethodNames, metho
 const char* ToString(RecomputeUnit unit) { return NameIn(kUnitNames, unit); }
 const char* ToString(LrSchedule schedule) { return NameIn(kLrScheduleNames, schedule); }
 
+ModelConfig Recipe::model_of(const ArmConfig& arm) const {
+  ModelConfig resolved = model;
+  resolved.dispatcher = arm.dispatcher;
+  return resolved;
+}
+
 std::string Tolerance::Describe() const {
   std::ostringstream out;
   switch (kind) {
@@ -275,13 +281,17 @@ class TableReader {
   }
 
   // Reports every key of the table that no reader asked for.
-  void RejectUnknown(const std::string& allowed_hint) {
+  // Reports every key of the table that no read asked for, listing the keys that were asked
+  // for (in the order they were read) as the known ones: the reads are the schema.
+  void RejectUnknown() {
     if (!table_) return;
+    std::string known;
+    for (const std::string& key : asked_) known += (known.empty() ? "" : ", ") + key;
     for (const auto& [key, node] : *table_) {
       std::string name(key.str());
       if (consumed_.count(name)) continue;
       diag_->Add(where_, "has unknown key '" + name + "'" + LineSuffix(node) +
-                             (allowed_hint.empty() ? "" : "; known keys: " + allowed_hint));
+                             (known.empty() ? "" : "; known keys: " + known));
     }
   }
 
@@ -292,7 +302,7 @@ class TableReader {
 
  private:
   const toml::node* Take(const std::string& key) {
-    consumed_.insert(key);
+    if (consumed_.insert(key).second) asked_.push_back(key);
     if (!table_) return nullptr;
     return table_->get(key);
   }
@@ -305,6 +315,7 @@ class TableReader {
   std::string where_;
   Diagnostics* diag_;
   std::set<std::string> consumed_;
+  std::vector<std::string> asked_;  // consumed_ in the order of the reads
 };
 
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
@@ -314,7 +325,7 @@ void ReadPrecision(TableReader& r, PrecisionConfig* precision) {
   precision->recipe = r.Enum("recipe", precision->recipe, kPrecisionNames);
   precision->fp8_scaling = r.Enum("fp8_scaling", precision->fp8_scaling, kFp8ScalingNames);
   precision->fp8_backend = r.Enum("fp8_backend", precision->fp8_backend, kFp8BackendNames);
-  r.RejectUnknown("recipe, fp8_scaling, fp8_backend");
+  r.RejectUnknown();
 }
 
 void ReadRecompute(TableReader& r, RecomputeConfig* recompute) {
@@ -322,7 +333,7 @@ void ReadRecompute(TableReader& r, RecomputeConfig* recompute) {
   recompute->method = r.Enum("method", recompute->method, kMethodNames, &recompute->method_set);
   recompute->num_layers = r.Int("num_layers", recompute->num_layers, 1, 1 << 20);
   recompute->unit = r.Enum("unit", recompute->unit, kUnitNames);
-  r.RejectUnknown("granularity, method, num_layers, unit");
+  r.RejectUnknown();
 }
 
 void ReadModel(TableReader& r, ModelConfig* m) {
@@ -344,10 +355,7 @@ void ReadModel(TableReader& r, ModelConfig* m) {
   m->init_std = r.Float("init_std", m->init_std, 0.0, 10.0, /*min_exclusive=*/true);
   m->dropout = r.Float("dropout", m->dropout, 0.0, 0.99);
   m->dispatcher = r.Enum("dispatcher", m->dispatcher, kDispatcherNames);
-  r.RejectUnknown(
-      "hidden, heads, layers, first_k_dense, experts, topk, moe_ffn, ffn, vocab, seq_len, "
-      "mtp_layers, mtp_loss_scale, aux_loss_coeff, norm_eps, rope_theta, init_std, dropout, "
-      "dispatcher");
+  r.RejectUnknown();
 }
 
 void ReadParallel(TableReader& r, ParallelConfig* p) {
@@ -355,7 +363,7 @@ void ReadParallel(TableReader& r, ParallelConfig* p) {
   p->ep = r.Int("ep", p->ep, 1, 256);
   p->threads = r.Int("threads", p->threads, 1, 256);
   p->timeout_seconds = r.Float("timeout_s", p->timeout_seconds, 1.0, 7 * 24 * 3600.0);
-  r.RejectUnknown("device, ep, threads, timeout_s");
+  r.RejectUnknown();
 }
 
 void ReadTrain(TableReader& r, TrainConfig* t) {
@@ -373,9 +381,7 @@ void ReadTrain(TableReader& r, TrainConfig* t) {
   t->adam_eps = r.Float("adam_eps", t->adam_eps, 0.0, 1.0, /*min_exclusive=*/true);
   t->weight_decay = r.Float("weight_decay", t->weight_decay, 0.0, 10.0);
   t->clip_grad = r.Float("clip_grad", t->clip_grad, 0.0, kMaxDouble);
-  r.RejectUnknown(
-      "micro_batch, global_batch, iterations, seed, optimizer, lr, min_lr, warmup_iterations, "
-      "lr_schedule, adam_beta1, adam_beta2, adam_eps, weight_decay, clip_grad");
+  r.RejectUnknown();
 }
 
 // Rules that depend on several keys, checked on every arm's resolved settings.
@@ -523,7 +529,7 @@ Tolerance ReadTolerance(TableReader& r, const std::string& key, Diagnostics* dia
       t.atol = sub.Float("atol", 0.0, 0.0, kMaxDouble);
       t.rtol = sub.Float("rtol", 0.0, 0.0, kMaxDouble);
     }
-    sub.RejectUnknown("atol, rtol, ulps");
+    sub.RejectUnknown();
     return t;
   }
   std::string word = r.String(key, "bitwise");
@@ -561,12 +567,12 @@ void ReadCompare(TableReader& r, Recipe* recipe, Diagnostics* diag) {
         bound.of = b.String("of", "");
         if (!b.Has("at_most")) b.Error("at_most", "must be set (a ratio, e.g. 1.02)");
         bound.at_most = b.Float("at_most", 1.0, 0.0, kMaxDouble, /*min_exclusive=*/true);
-        b.RejectUnknown("arm, of, at_most");
+        b.RejectUnknown();
         c.memory.push_back(bound);
       }
     }
   }
-  r.RejectUnknown("baseline, loss, gradients, params, memory, memory_model");
+  r.RejectUnknown();
 }
 
 ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recipe& base,
@@ -593,7 +599,7 @@ ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recip
     TableReader sub(t, arm.precision_table, diag);
     ReadPrecision(sub, &arm.precision);
   }
-  r.RejectUnknown("engine, dispatcher, recompute, precision");
+  r.RejectUnknown();
   return arm;
 }
 
@@ -635,7 +641,7 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
   {
     TableReader r(top.SubTable("data"), "[data]", &diag);
     recipe.data.branching = r.Int("branching", recipe.data.branching, 1, 1 << 16);
-    r.RejectUnknown("branching");
+    r.RejectUnknown();
   }
   {
     TableReader r(top.SubTable("train"), "[train]", &diag);
@@ -656,7 +662,7 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
     recipe.trace.dump_grads_at.erase(
         std::unique(recipe.trace.dump_grads_at.begin(), recipe.trace.dump_grads_at.end()),
         recipe.trace.dump_grads_at.end());
-    r.RejectUnknown("dump_grads_at");
+    r.RejectUnknown();
   }
   if (const toml::table* arms = top.SubTable("arms")) {
     for (const auto& [key, node] : *arms) {
@@ -677,9 +683,7 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
     TableReader r(top.SubTable("compare"), "[compare]", &diag);
     ReadCompare(r, &recipe, &diag);
   }
-  top.RejectUnknown(
-      "name, description, model, parallel, data, train, precision, recompute, "
-      "trace, arms, compare");
+  top.RejectUnknown();
   if (recipe.arms.empty()) {
     diag.Add("[arms]",
              "must define at least one arm, e.g. [arms.reference] engine = \"reference\"");

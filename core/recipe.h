@@ -182,6 +182,8 @@ struct Recipe {
   // The arm called `name`; InputError naming the known arms if there is none.
   const ArmConfig& arm(const std::string& name) const;
   std::vector<std::string> arm_names() const;
+  // The model `arm` trains: [model] with the arm's own settings (its dispatcher) applied.
+  ModelConfig model_of(const ArmConfig& arm) const;
 };
 
 // Parses and validates a recipe file. Throws InputError listing every problem found.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "core/float_bits.h"
 
@@ -132,27 +133,25 @@ class Comparer {
     return true;
   }
 
-  void Scalar(size_t r, const IterationRecord& x, const std::string& name, float a, float b) {
+  // One scalar record, compared by its bits: fp32 records name their ulp distance, fp64 ones
+  // print all 17 digits.
+  template <typename T>
+  void Scalar(size_t r, const IterationRecord& x, const std::string& name, T a, T b) {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
     ++result_.compared_records;
-    if (FloatBits(a) == FloatBits(b)) return;
     Difference d;
+    if constexpr (std::is_same_v<T, float>) {
+      if (FloatBits(a) == FloatBits(b)) return;
+      d.detail = Float(a) + " vs " + Float(b) + " (" + std::to_string(UlpDistance(a, b)) + " ulp)";
+    } else {
+      if (DoubleBits(a) == DoubleBits(b)) return;
+      char buffer[96];
+      std::snprintf(buffer, sizeof(buffer), "%.17g vs %.17g", a, b);
+      d.detail = buffer;
+    }
     d.iteration = x.iteration;
     d.rank = static_cast<int64_t>(r);
     d.record = name;
-    d.detail = Float(a) + " vs " + Float(b) + " (" + std::to_string(UlpDistance(a, b)) + " ulp)";
-    Report(d);
-  }
-
-  void Scalar(size_t r, const IterationRecord& x, const std::string& name, double a, double b) {
-    ++result_.compared_records;
-    if (DoubleBits(a) == DoubleBits(b)) return;
-    Difference d;
-    d.iteration = x.iteration;
-    d.rank = static_cast<int64_t>(r);
-    d.record = name;
-    char buffer[96];
-    std::snprintf(buffer, sizeof(buffer), "%.17g vs %.17g", a, b);
-    d.detail = buffer;
     Report(d);
   }
 

@@ -23,7 +23,8 @@ PrecisionConfig HeadPrecision(const PrecisionConfig& precision) {
 
 GptModel::GptModel(const ModelConfig& config, const ParallelLayout& layout,
                    const PrecisionConfig& precision, Dispatcher dispatcher, uint64_t seed,
-                   double loss_grad_scale, std::shared_ptr<Communicator> comm)
+                   double loss_grad_scale, std::shared_ptr<Communicator> comm,
+                   const ModelBugs& bugs)
     : config_(config),
       layout_(layout),
       precision_(precision),
@@ -34,7 +35,13 @@ GptModel::GptModel(const ModelConfig& config, const ParallelLayout& layout,
       store_(ComputeDtype(precision.recipe), seed, comm_->device()),
       weights_(BuildGptWeights(config, layout, &store_)),
       rope_(ops::MakeRopeTables(config.seq_len, config.head_dim(), config.rope_theta,
-                                comm_->device())) {}
+                                comm_->device())),
+      bugs_(bugs) {}
+
+at::Tensor GptModel::Norm(const at::Tensor& x, const at::Tensor& weight) const {
+  return bugs_.composite_rms_norm ? ops::CompositeRmsNorm(x, weight, config_.norm_eps)
+                                  : ops::RmsNorm(x, weight, config_.norm_eps);
+}
 
 uint64_t GptModel::DropoutKey(const ChunkState& state, int64_t layer, int64_t site) const {
   return MixKeys({seed_, 0xD5, static_cast<uint64_t>(state.iteration),
@@ -51,19 +58,19 @@ LayerAttentionOutput GptModel::LayerAttention(const LayerWeights& layer, const a
                                               MicrobatchLosses* losses) const {
   const AttentionWeights& a = layer.attention;
   LayerAttentionOutput out;
-  at::Tensor attention = ops::CausalSelfAttention(ops::RmsNorm(x, a.norm, config_.norm_eps), a.qkv,
-                                                  a.proj, config_.heads, rope_, precision_);
+  at::Tensor attention =
+      ops::CausalSelfAttention(Norm(x, a.norm), a.qkv, a.proj, config_.heads, rope_, precision_);
   attention = ops::Dropout(attention, config_.dropout, DropoutKey(state, layer.index, 0));
   out.residual = x + attention;
   if (!layer.is_moe) {
-    out.mlp_input = ops::RmsNorm(out.residual, layer.dense.norm, config_.norm_eps);
+    out.mlp_input = Norm(out.residual, layer.dense.norm);
     return out;
   }
-  at::Tensor tokens =
-      ops::RmsNorm(out.residual, layer.moe.norm, config_.norm_eps).reshape({-1, config_.hidden});
-  RouterResult routing = Route(tokens, layer.moe.router, config_.topk, config_.aux_loss_coeff,
-                               loss_grad_scale_, /*attach_aux_scaler=*/!aux_loss_in_objective_);
-  if (aux_loss_in_objective_ && torch::GradMode::is_enabled()) {
+  at::Tensor tokens = Norm(out.residual, layer.moe.norm).reshape({-1, config_.hidden});
+  RouterResult routing =
+      Route(tokens, layer.moe.router, config_.topk, config_.aux_loss_coeff, loss_grad_scale_,
+            /*attach_aux_scaler=*/!bugs_.aux_loss_in_objective);
+  if (bugs_.aux_loss_in_objective && torch::GradMode::is_enabled()) {
     losses->aux_terms.push_back(routing.aux_loss);
   }
   losses->aux_losses[layer.index] = routing.aux_loss.item<float>();
@@ -111,9 +118,7 @@ at::Tensor GptModel::DecoderLayer(const LayerWeights& layer, const at::Tensor& x
   return LayerCombine(layer, returned, attention.residual, &plan, state);
 }
 
-at::Tensor GptModel::FinalNorm(const at::Tensor& x) const {
-  return ops::RmsNorm(x, weights_.final_norm, config_.norm_eps);
-}
+at::Tensor GptModel::FinalNorm(const at::Tensor& x) const { return Norm(x, weights_.final_norm); }
 
 at::Tensor GptModel::MtpEmbedding(ChunkState* state) const {
   state->input_ids = ops::RollLeft(state->input_ids, 1, 0);
@@ -122,14 +127,12 @@ at::Tensor GptModel::MtpEmbedding(ChunkState* state) const {
 
 at::Tensor GptModel::MtpPrologue(const MtpWeights& mtp, const at::Tensor& embedding,
                                  const at::Tensor& hidden) const {
-  at::Tensor joined = at::cat({ops::RmsNorm(embedding, mtp.enorm, config_.norm_eps),
-                               ops::RmsNorm(hidden, mtp.hnorm, config_.norm_eps)},
-                              -1);
+  at::Tensor joined = at::cat({Norm(embedding, mtp.enorm), Norm(hidden, mtp.hnorm)}, -1);
   return ops::Linear(joined, mtp.eh_proj, precision_);
 }
 
 at::Tensor GptModel::MtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x) const {
-  return ops::RmsNorm(x, mtp.final_norm, config_.norm_eps);
+  return Norm(x, mtp.final_norm);
 }
 
 void GptModel::PostProcess(const at::Tensor& main_hidden, const std::vector<at::Tensor>& mtp_hidden,

@@ -16,6 +16,7 @@
 #include "core/communicator.h"
 #include "core/rank_context.h"
 #include "core/recipe.h"
+#include "model/injected_bugs.h"
 #include "model/moe.h"
 #include "model/ops.h"
 #include "model/parameters.h"
@@ -40,7 +41,7 @@ struct MicrobatchLosses {
   float lm_loss = 0;
   std::vector<float> mtp_losses;
   std::map<int64_t, float> aux_losses;
-  std::vector<at::Tensor> aux_terms;  // only with InjectedBugs::aux_loss_in_objective
+  std::vector<at::Tensor> aux_terms;  // only with ModelBugs::aux_loss_in_objective
 };
 
 // The attention piece of a layer and what it hands to the rest of the layer.
@@ -55,10 +56,12 @@ class GptModel {
  public:
   // `loss_grad_scale` seeds every microbatch's backward (1 / (microbatches x DP size)); the aux
   // loss gradient uses the same scale.
-  // Its parameters and computations live on `comm`'s device.
+  // Its parameters and computations live on `comm`'s device. `bugs` re-creates silent bugs for
+  // the tests that show the checks catch them (off by default).
   GptModel(const ModelConfig& config, const ParallelLayout& layout,
            const PrecisionConfig& precision, Dispatcher dispatcher, uint64_t seed,
-           double loss_grad_scale, std::shared_ptr<Communicator> comm);
+           double loss_grad_scale, std::shared_ptr<Communicator> comm,
+           const ModelBugs& bugs = ModelBugs());
 
   const ModelConfig& config() const { return config_; }
   const ParallelLayout& layout() const { return layout_; }
@@ -70,10 +73,6 @@ class GptModel {
   Dispatcher dispatcher() const { return dispatcher_; }
   double loss_grad_scale() const { return loss_grad_scale_; }
   at::ScalarType compute_dtype() const { return store_.compute_dtype(); }
-
-  // Test hook (InjectedBugs::aux_loss_in_objective): add the aux losses to the objective instead
-  // of injecting their gradient through the router probabilities.
-  void set_aux_loss_in_objective(bool on) { aux_loss_in_objective_ = on; }
 
   // Pre-process: token embedding, [b, s] -> [b, s, h].
   at::Tensor Embed(const at::Tensor& ids) const;
@@ -111,6 +110,9 @@ class GptModel {
 
  private:
   uint64_t DropoutKey(const ChunkState& state, int64_t layer, int64_t site) const;
+  // RMSNorm with the model's epsilon (composed of elementary ops under
+  // ModelBugs::composite_rms_norm).
+  at::Tensor Norm(const at::Tensor& x, const at::Tensor& weight) const;
 
   ModelConfig config_;
   ParallelLayout layout_;
@@ -122,7 +124,9 @@ class GptModel {
   ParameterStore store_;
   GptWeights weights_;
   ops::RopeTables rope_;
-  bool aux_loss_in_objective_ = false;
+  // ModelBugs::aux_loss_in_objective: the aux losses are added to the objective instead of
+  // injecting their gradient through the router probabilities.
+  ModelBugs bugs_;
 };
 
 // The dtype the model computes in for a precision recipe (FP8 recipes compute in bf16 around

@@ -4,25 +4,39 @@
 // Test hooks that bring back, one at a time, the silent bugs met while building the overlap path
 // (research/parity-prototype.md and the seed), so that tests can show the parity checks catch
 // each of them. Off unless a test sets them, or BITPARITY_INJECT_BUG names them (comma-separated)
-// in a rank's environment.
-
-#include <string>
+// in a rank's environment (parsed with the other developer switches, runtime/debug_switches.h).
+// None is read on the algorithm's lines: the model takes its share through its constructor, the
+// overlap arm turns its share into a different plan (overlap_impl/faulty_plans.h) or a fault of
+// its own (overlap_impl/stale_routing_fault.h).
 
 namespace bitparity {
 
-struct InjectedBugs {
-  // Overlap arm.
+// The model's share, in both arms.
+struct ModelBugs {
+  bool composite_rms_norm = false;     // RMSNorm's input reached by two autograd edges
+  bool aux_loss_in_objective = false;  // aux loss added to the loss instead of injected
+
+  bool any() const { return composite_rms_norm || aux_loss_in_objective; }
+};
+
+// The overlap arm's share.
+struct OverlapBugs {
   bool stale_routing_metadata = false;    // unpermute backward reads a per-layer shared plan
   bool skip_snapshot_restore = false;     // a replay does not restore the chunk-state snapshot
   bool mtp_post_outside_segment = false;  // mtp_post_process left out of the recompute scope
   bool flush_per_backward_call = false;   // main-grad flush after every node backward call
-  // Model (both arms).
-  bool composite_rms_norm = false;     // RMSNorm's input reached by two autograd edges
-  bool aux_loss_in_objective = false;  // aux loss added to the loss instead of injected
 
-  // Parses comma-separated names; InputError names an unknown one.
-  static InjectedBugs Parse(const std::string& names);
-  bool any() const;
+  bool any() const {
+    return stale_routing_metadata || skip_snapshot_restore || mtp_post_outside_segment ||
+           flush_per_backward_call;
+  }
+};
+
+struct InjectedBugs {
+  ModelBugs model;
+  OverlapBugs overlap;
+
+  bool any() const { return model.any() || overlap.any(); }
 };
 
 }  // namespace bitparity

@@ -3,7 +3,6 @@
 #include <ATen/BlasBackend.h>
 #include <torch/torch.h>
 
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -193,18 +192,15 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& rope) {
 
 }  // namespace
 
-std::atomic<bool> g_composite_rms_norm{false};
-
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (g_composite_rms_norm.load()) {
-    at::Tensor xf = x.to(at::kFloat);  // no node in fp32: xf is x, used by pow and by mul
-    return (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps) * weight.to(at::kFloat))
-        .to(x.scalar_type());
-  }
   return RmsNormFunction::apply(x, weight, eps);
 }
 
-void SetCompositeRmsNormForTesting(bool composite) { g_composite_rms_norm.store(composite); }
+at::Tensor CompositeRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(at::kFloat);  // no node in fp32: xf is x, used by pow and by mul
+  return (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps) * weight.to(at::kFloat))
+      .to(x.scalar_type());
+}
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const PrecisionConfig& precision) {
   switch (precision.recipe) {

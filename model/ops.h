@@ -20,9 +20,10 @@ namespace ops {
 // autograd node with a hand-written backward.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
-// Test hook (InjectedBugs::composite_rms_norm): compute RMSNorm from elementary ops, so that its
-// input is reached by two autograd edges. Process-wide.
-void SetCompositeRmsNormForTesting(bool composite);
+// RMSNorm from elementary ops, so that its input is reached by two autograd edges (pow and mul)
+// whose gradients the autograd engine adds in an order of its own: the silent bug that
+// ModelBugs::composite_rms_norm re-creates. Tests only.
+at::Tensor CompositeRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // x @ weight^T. The precision seam: every GEMM of a linear layer goes through here, so FP8
 // recipes can quantize the operands of the forward, dgrad and wgrad GEMMs in one place.

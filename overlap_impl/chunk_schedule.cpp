@@ -7,33 +7,6 @@
 
 namespace bitparity {
 
-namespace {
-
-using SharedPlanSlot = std::shared_ptr<const RoutingPlan>;
-
-// Only for InjectedBugs::stale_routing_metadata: the combine's unpermutation with a backward that
-// reads the permutation from the layer's shared slot when it runs, instead of from its own saved
-// state, the way a dispatcher object shared by all microbatches reads its
-// reversed_local_input_permutation_mapping (research/parity-prototype.md §6, leak 1). Silent
-// with the alltoall dispatcher: every microbatch sends tokens x topk rows, so a later
-// microbatch's permutation has the right shape and only the order is wrong.
-class UnpermuteReadingSharedPlan : public torch::autograd::Function<UnpermuteReadingSharedPlan> {
- public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& rows,
-                            int64_t slot_address) {
-    ctx->saved_data["slot"] = slot_address;
-    return UnpermuteTokens(rows, **reinterpret_cast<const SharedPlanSlot*>(slot_address));
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const SharedPlanSlot& slot =
-        *reinterpret_cast<const SharedPlanSlot*>(ctx->saved_data["slot"].toInt());
-    return {grads[0].index_select(0, slot->source_token), at::Tensor()};
-  }
-};
-
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------
 // LayerSchedule
 
@@ -83,7 +56,7 @@ void LayerSchedule::SetForwardNoGrad(bool no_grad) {
   attn_.set_forward_no_grad(no_grad);
   mlp_.set_forward_no_grad(no_grad);
   combine_.set_forward_no_grad(no_grad);
-  mtp_post_.set_forward_no_grad(no_grad && !context_->bugs.mtp_post_outside_segment);
+  mtp_post_.set_forward_no_grad(no_grad && context_->plan->mtp_post_process_in_segment);
 }
 
 const std::vector<int64_t>& LayerSchedule::SendSplits() const { return routing_->send_splits; }
@@ -108,7 +81,7 @@ void LayerSchedule::AttnForward(const at::Tensor& input) {
     residual_ = node.DetachSide(out.residual);
     if (!moe_) return std::vector<at::Tensor>{out.mlp_input};
     routing_ = out.plan;
-    if (context_->bugs.stale_routing_metadata) context_->shared_routing[layer_] = out.plan;
+    if (context_->stale_routing) context_->stale_routing->Remember(layer_, out.plan);
     std::vector<at::Tensor> outputs{out.payload.tokens, out.payload.probs};
     if (out.payload.route_mask.defined()) outputs.push_back(out.payload.route_mask);
     return outputs;
@@ -162,9 +135,8 @@ void LayerSchedule::FinishCombine() {
   const ChunkState& state = chunk_->state();
   combine_.Forward({rows}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
     at::Tensor out;
-    if (moe_ && context_->bugs.stale_routing_metadata) {
-      const int64_t slot = reinterpret_cast<int64_t>(&context_->shared_routing[layer_]);
-      at::Tensor unpermuted = UnpermuteReadingSharedPlan::apply(in[0], slot);
+    if (moe_ && context_->stale_routing) {
+      at::Tensor unpermuted = context_->stale_routing->Unpermute(layer_, in[0]);
       out = model->LayerCombine(*weights_, unpermuted.view(residual_.sizes()), residual_, nullptr,
                                 state);
     } else {
@@ -178,7 +150,7 @@ void LayerSchedule::FinishCombine() {
   // The tail of a recompute segment hands a grad-requiring tensor to its consumer, so that the
   // consumer's backward returns the gradient the replayed segment starts from.
   output_ = combine_.outputs()[0];
-  const bool combine_ends_segment = !mtp_ || context_->bugs.mtp_post_outside_segment;
+  const bool combine_ends_segment = !mtp_ || !context_->plan->mtp_post_process_in_segment;
   if (segment_tail_ && combine_ends_segment && combine_.forward_no_grad()) {
     output_.requires_grad_(true);
   }
@@ -294,9 +266,9 @@ void RecomputeSegment::Capture(const at::Tensor& input, const ChunkState& state)
   rng_state_ = CpuRngState();
 }
 
-void RecomputeSegment::BeginReplay(ChunkSchedule* chunk, const InjectedBugs& bugs) {
+void RecomputeSegment::BeginReplay(ChunkSchedule* chunk, bool restore_chunk_state) {
   ChunkState& state = chunk->state();
-  if (!bugs.skip_snapshot_restore) {
+  if (restore_chunk_state) {
     state.input_ids = snapshot_input_ids_;
     state.mtp_hidden_states = snapshot_mtp_hidden_;
   }

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "model/gpt.h"
-#include "model/injected_bugs.h"
 #include "overlap_impl/combined_step_plan.h"
 #include "overlap_impl/schedule_node.h"
+#include "overlap_impl/stale_routing_fault.h"
 
 namespace bitparity {
 
@@ -41,11 +41,8 @@ class ChunkSchedule;
 struct OverlapContext {
   GptModel* model = nullptr;
   const CombinedStepPlan* plan = nullptr;
-  InjectedBugs bugs;
   std::vector<TimelineEvent>* timeline = nullptr;  // optional
-  // Only for InjectedBugs::stale_routing_metadata: the last plan built for each layer, by
-  // whichever microbatch ran that layer's attn forward last.
-  std::vector<std::shared_ptr<const RoutingPlan>> shared_routing;
+  StaleRoutingFault* stale_routing = nullptr;      // only under that injected bug
 };
 
 class LayerSchedule {
@@ -131,7 +128,8 @@ class RecomputeSegment {
   // Before the tail layer's backward: restore the snapshot and the captured RNG state, and turn
   // grad back on for the segment's layers; the plan's replay operations then run every node's
   // forward again from input(), and EndReplay brings the ambient RNG state back.
-  void BeginReplay(ChunkSchedule* chunk, const InjectedBugs& bugs);
+  // `restore_chunk_state` is the plan's (false only in a faulty plan).
+  void BeginReplay(ChunkSchedule* chunk, bool restore_chunk_state);
   void EndReplay();
   const at::Tensor& input() const { return input_; }
   // After the head layer's backward.

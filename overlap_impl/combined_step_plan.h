@@ -81,6 +81,11 @@ struct CombinedStepPlan {
   std::vector<bool> layer_is_moe;  // per layer, decoder then MTP
   RecomputePlan recompute;
   std::vector<NodeOp> ops;
+  // How a segment replay treats an MTP layer's post-process and the chunk state: inside the
+  // segment, and restored from the segment's snapshot, in every plan BuildCombinedStepPlan
+  // makes. A faulty plan (overlap_impl/faulty_plans.h) turns one off to re-create a silent bug.
+  bool mtp_post_process_in_segment = true;
+  bool replay_restores_chunk_state = true;
 
   int64_t layers() const { return decoder_layers + mtp_layers; }
   bool is_mtp(int64_t layer) const { return layer >= decoder_layers; }

@@ -5,16 +5,21 @@
 #include <stdexcept>
 
 #include "core/memory.h"
+#include "overlap_impl/faulty_plans.h"
 
 namespace bitparity {
 
 OverlapEngine::OverlapEngine(GptModel* model, const RecomputeConfig& recompute,
-                             int64_t microbatches, InjectedBugs bugs)
-    : model_(model), plan_(BuildCombinedStepPlan(model->config(), microbatches, recompute)) {
+                             int64_t microbatches, const OverlapBugs& bugs)
+    : model_(model),
+      plan_(
+          WithScheduleBugs(BuildCombinedStepPlan(model->config(), microbatches, recompute), bugs)) {
+  if (bugs.stale_routing_metadata) {
+    stale_routing_ = std::make_unique<StaleRoutingFault>(plan_.layers());
+  }
   context_.model = model;
   context_.plan = &plan_;
-  context_.bugs = bugs;
-  context_.shared_routing.resize(static_cast<size_t>(plan_.layers()));
+  context_.stale_routing = stale_routing_.get();
 }
 
 void OverlapEngine::Replay(const NodeOp& op, ChunkSchedule& chunk) {
@@ -36,10 +41,12 @@ void OverlapEngine::Replay(const NodeOp& op, ChunkSchedule& chunk) {
     case NodeKind::kCombine:
       layer.CombineForward();
       layer.FinishCombine();  // exposed: nothing else runs while a replay's all-to-all flies
-      if (!plan_.is_mtp(l)) layer.set_replaying(false);
+      // A layer's replay ends with its combine, or with its MTP post-process where that is part
+      // of the segment.
+      if (!plan_.is_mtp(l) || !plan_.mtp_post_process_in_segment) layer.set_replaying(false);
       return;
     case NodeKind::kMtpPostProcess:
-      if (!context_.bugs.mtp_post_outside_segment) layer.MtpPostProcessForward();
+      layer.MtpPostProcessForward();
       layer.set_replaying(false);
       return;
     default:
@@ -111,7 +118,7 @@ void OverlapEngine::Execute(const NodeOp& op, ChunkSchedule& chunk) {
           chunk.segment(op.segment).Capture(chunk.LayerInput(l), chunk.state());
           return;
         case Phase::kReplay:
-          chunk.segment(op.segment).BeginReplay(&chunk, context_.bugs);
+          chunk.segment(op.segment).BeginReplay(&chunk, plan_.replay_restores_chunk_state);
           return;
         case Phase::kReplayDone:
           chunk.segment(op.segment).EndReplay();
@@ -158,9 +165,6 @@ std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState
       if (op.layer >= 0) label += " layer " + std::to_string(op.layer);
       if (op.segment >= 0) label += " segment " + std::to_string(op.segment);
       MemoryTimeline::Mark(label);
-    }
-    if (context_.bugs.flush_per_backward_call && op.phase == Phase::kBackward) {
-      model_->parameters().FlushGradsToMainGrads();
     }
     if (after_op) after_op(i, op, chunks);
   }

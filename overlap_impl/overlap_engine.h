@@ -12,15 +12,19 @@
 
 #include "model/engine.h"
 #include "model/gpt.h"
+#include "model/injected_bugs.h"
 #include "overlap_impl/chunk_schedule.h"
 #include "overlap_impl/combined_step_plan.h"
+#include "overlap_impl/stale_routing_fault.h"
 
 namespace bitparity {
 
 class OverlapEngine : public Engine {
  public:
+  // `bugs` re-creates silent bugs for the tests that show they are caught: as a faulty plan
+  // (overlap_impl/faulty_plans.h) or the stale-routing fault; off by default.
   OverlapEngine(GptModel* model, const RecomputeConfig& recompute, int64_t microbatches,
-                InjectedBugs bugs = InjectedBugs());
+                const OverlapBugs& bugs = OverlapBugs());
 
   std::vector<MicrobatchLosses> RunIteration(std::vector<ChunkState>& microbatches) override;
   std::vector<std::string> warnings() const override { return plan_.recompute.warnings; }
@@ -42,6 +46,7 @@ class OverlapEngine : public Engine {
 
   GptModel* model_;
   CombinedStepPlan plan_;
+  std::unique_ptr<StaleRoutingFault> stale_routing_;
   OverlapContext context_;
   bool record_timeline_ = false;
   std::vector<TimelineEvent> timeline_;

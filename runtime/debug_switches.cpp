@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/errors.h"
+#include "core/rank_protocol.h"
 
 namespace bitparity {
 namespace {
@@ -55,7 +56,7 @@ int64_t ParseField(const std::string& variable, const std::map<std::string, std:
 FaultPlan ParseFaultPlan(const std::string& text) {
   FaultPlan plan;
   if (text.empty()) return plan;
-  const std::string var = "BITPARITY_FAULT";
+  const std::string var = kFaultVariable;
   auto fields = ParseFields(var, text);
   static const std::map<std::string, FaultKind> kKinds = {{"crash", FaultKind::kCrash},
                                                           {"segv", FaultKind::kSegv},
@@ -86,7 +87,7 @@ FaultPlan ParseFaultPlan(const std::string& text) {
 GradPerturbation ParseGradPerturbation(const std::string& text) {
   GradPerturbation p;
   if (text.empty()) return p;
-  const std::string var = "BITPARITY_PERTURB";
+  const std::string var = kPerturbVariable;
   auto fields = ParseFields(var, text);
   if (fields.count("")) throw InputError(var + ": expected only key=value fields");
   p.rank = ParseField(var, fields, "rank", 0, true);
@@ -104,6 +105,50 @@ GradPerturbation ParseGradPerturbation(const std::string& text) {
   }
   if (p.rank < 0) throw InputError(var + ": rank must be >= 0");
   return p;
+}
+
+InjectedBugs ParseInjectedBugs(const std::string& text) {
+  struct Switch {
+    const char* name;
+    bool* flag;
+  };
+  InjectedBugs bugs;
+  const Switch switches[] = {
+      {"stale_routing_metadata", &bugs.overlap.stale_routing_metadata},
+      {"skip_snapshot_restore", &bugs.overlap.skip_snapshot_restore},
+      {"mtp_post_outside_segment", &bugs.overlap.mtp_post_outside_segment},
+      {"flush_per_backward_call", &bugs.overlap.flush_per_backward_call},
+      {"composite_rms_norm", &bugs.model.composite_rms_norm},
+      {"aux_loss_in_objective", &bugs.model.aux_loss_in_objective},
+  };
+  std::stringstream in(text);
+  std::string name;
+  while (std::getline(in, name, ',')) {
+    if (name.empty()) continue;
+    bool known = false;
+    std::string names;
+    for (const Switch& s : switches) {
+      names += (names.empty() ? "" : ", ") + std::string(s.name);
+      if (name == s.name) *s.flag = known = true;
+    }
+    if (!known) {
+      throw InputError(std::string(kInjectBugVariable) + ": unknown bug '" + name +
+                       "' (known: " + names + ")");
+    }
+  }
+  return bugs;
+}
+
+DebugSwitches ReadDebugSwitches() {
+  auto read = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::string(value ? value : "");
+  };
+  DebugSwitches switches;
+  switches.fault = ParseFaultPlan(read(kFaultVariable));
+  switches.perturbation = ParseGradPerturbation(read(kPerturbVariable));
+  switches.bugs = ParseInjectedBugs(read(kInjectBugVariable));
+  return switches;
 }
 
 void MaybeInjectFault(const FaultPlan& plan, int64_t rank, int64_t iteration) {

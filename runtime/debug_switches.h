@@ -8,10 +8,17 @@
 //   BITPARITY_PERTURB="rank=R,iteration=I,param=NAME,element=K[,ulps=N]"
 //       adds N (default 1) units in the last place to element K of NAME's main grad on rank R
 //       at iteration I, after the data-parallel reduction.
+//   BITPARITY_INJECT_BUG="NAME[,NAME...]"
+//       re-creates known silent bugs (model/injected_bugs.h) so that a test can show the parity
+//       checks catch each: stale_routing_metadata, skip_snapshot_restore,
+//       mtp_post_outside_segment, flush_per_backward_call, composite_rms_norm,
+//       aux_loss_in_objective.
+// They are parsed here and nowhere else; the rank process reads them once, at its start.
 
 #include <cstdint>
 #include <string>
 
+#include "model/injected_bugs.h"
 #include "runtime/trainer.h"
 
 namespace bitparity {
@@ -28,6 +35,17 @@ struct FaultPlan {
 // Parses `text` (the variable's value; empty means off). InputError on malformed input.
 FaultPlan ParseFaultPlan(const std::string& text);
 GradPerturbation ParseGradPerturbation(const std::string& text);
+InjectedBugs ParseInjectedBugs(const std::string& text);
+
+// Every developer switch of a rank process.
+struct DebugSwitches {
+  FaultPlan fault;
+  GradPerturbation perturbation;
+  InjectedBugs bugs;
+};
+
+// Reads BITPARITY_FAULT, BITPARITY_PERTURB and BITPARITY_INJECT_BUG from the environment.
+DebugSwitches ReadDebugSwitches();
 
 // Carries out `plan` if it targets (rank, iteration); returns otherwise.
 void MaybeInjectFault(const FaultPlan& plan, int64_t rank, int64_t iteration);

@@ -27,7 +27,7 @@ std::unique_ptr<Engine> MakeEngine(const ArmConfig& arm, GptModel* model, int64_
     case EngineKind::kReference:
       return std::make_unique<ReferenceEngine>(model, arm.recompute);
     case EngineKind::kOverlap:
-      return std::make_unique<OverlapEngine>(model, arm.recompute, microbatches, bugs);
+      return std::make_unique<OverlapEngine>(model, arm.recompute, microbatches, bugs.overlap);
   }
   throw InputError(std::string("arm '") + arm.name + "': engine '" + ToString(arm.engine) +
                    "' is not available in this build");
@@ -42,15 +42,12 @@ Trainer::Trainer(const Recipe& recipe, const ArmConfig& arm, const ParallelLayou
       layout_(layout),
       comm_(std::move(comm)),
       corpus_(recipe.train.seed, recipe.model.vocab, recipe.data.branching) {
-  ModelConfig config = recipe.model;
-  config.dispatcher = arm.dispatcher;
+  const ModelConfig config = recipe.model_of(arm);
   const double loss_grad_scale =
       1.0 / static_cast<double>(recipe.microbatches_per_rank() * layout.dp_size);
   ops::CheckNativeFp8Support(arm.precision, comm_->device(), arm.precision_table);
   model_ = std::make_unique<GptModel>(config, layout, arm.precision, arm.dispatcher,
-                                      recipe.train.seed, loss_grad_scale, comm_);
-  model_->set_aux_loss_in_objective(bugs.aux_loss_in_objective);
-  ops::SetCompositeRmsNormForTesting(bugs.composite_rms_norm);
+                                      recipe.train.seed, loss_grad_scale, comm_, bugs.model);
   engine_ = MakeEngine(arm, model_.get(), recipe.microbatches_per_rank(), bugs);
   optimizer_ = std::make_unique<AdamOptimizer>(recipe.train, &model_->parameters());
   warnings_ = engine_->warnings();

@@ -29,11 +29,6 @@
 namespace bitparity {
 namespace {
 
-std::string EnvOrEmpty(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
 std::string RecomputeSummary(const RecomputeConfig& r) {
   if (!r.full()) return "none";
   if (r.unit == RecomputeUnit::kChunk) return "full/chunk";
@@ -55,8 +50,8 @@ int Run(const WorkerRequest& request) {
   RankContext context = RankContextFromEnvironment();
   ParallelLayout layout = ParallelLayout::Make(context.rank, context.world_size, recipe.parallel.ep,
                                                recipe.model.experts);
-  FaultPlan fault = ParseFaultPlan(EnvOrEmpty(kFaultVariable));
-  GradPerturbation perturbation = ParseGradPerturbation(EnvOrEmpty(kPerturbVariable));
+  const DebugSwitches switches = ReadDebugSwitches();
+  const FaultPlan& fault = switches.fault;
   if (!std::filesystem::is_directory(out_dir)) {
     throw InputError(out_dir + ": output directory does not exist");
   }
@@ -81,17 +76,15 @@ int Run(const WorkerRequest& request) {
   const int gpu = comm->device().is_cuda() ? comm->device().index() : -1;
   if (gpu >= 0) MemoryTracker::TrackCudaDevice(gpu);
 
-  InjectedBugs bugs = InjectedBugs::Parse(EnvOrEmpty("BITPARITY_INJECT_BUG"));
-  Trainer trainer(recipe, arm, layout, comm, bugs);
+  Trainer trainer(recipe, arm, layout, comm, switches.bugs);
   std::map<std::string, std::string> model_attributes;
-  trainer.set_perturbation(perturbation);
+  trainer.set_perturbation(switches.perturbation);
   for (const std::string& w : trainer.warnings()) std::cerr << "warning: " << w << "\n";
 
   // The memory model's prediction for this arm, from probes of this rank's model (collective).
   {
     MemoryProbe probe = ProbeMemory(trainer.model(), trainer.MakeMicrobatches(1).front());
-    ModelConfig model = recipe.model;
-    model.dispatcher = arm.dispatcher;
+    const ModelConfig model = recipe.model_of(arm);
     MemoryPrediction prediction = PredictPeak(probe, arm, model, recipe.microbatches_per_rank(),
                                               MemoryTracker::current_bytes());
     model_attributes[trace_keys::kMemoryModelPredictedPeakBytes] =

@@ -25,8 +25,7 @@ namespace {
 std::string RecipeToml() {
   return testing::RecipeBuilder(2, 0)
       .Set("parallel.timeout_s", 60.0)
-      .Set("train.global_batch", 8)
-      .Set("train.iterations", 2)
+      .Batches(8, 2)
       .Arm("reference", "reference")
       .Text();
 }

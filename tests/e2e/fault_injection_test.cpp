@@ -18,8 +18,7 @@ constexpr double kTimeoutSeconds = 10;
 std::string RecipeToml() {
   return testing::RecipeBuilder(2, 0)
       .Set("parallel.timeout_s", kTimeoutSeconds)
-      .Set("train.global_batch", 8)
-      .Set("train.iterations", 4)
+      .Batches(8, 4)
       .Arm("reference", "reference")
       .Text();
 }

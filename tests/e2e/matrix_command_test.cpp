@@ -35,8 +35,7 @@ TEST(MatrixCommand, ShippedMatrixCiSubsetPasses) {
 
 std::string BaseToml() {
   return testing::RecipeBuilder(2, 0)
-      .Set("train.global_batch", 8)
-      .Set("train.iterations", 2)
+      .Batches(8, 2)
       .Arm("reference", "reference")
       .Arm("overlap", "overlap")
       .Text();

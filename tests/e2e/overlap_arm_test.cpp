@@ -71,13 +71,8 @@ TEST(OverlapArm, PlanPrintsSegmentsAndEveryNodeOperation) {
 
 std::string MemoryRecipe() {
   return testing::RecipeBuilder(8, 0)
-      .Set("model.hidden", 64)
-      .Set("model.moe_ffn", 64)
-      .Set("model.ffn", 128)
-      .Set("model.vocab", 128)
-      .Set("model.seq_len", 64)
-      .Set("train.global_batch", 16)
-      .Set("train.iterations", 2)
+      .ModelShape(64, 64, 128, 128, 64)
+      .Batches(16, 2)
       .Arm("none", "overlap")
       .Arm("chunk", "overlap", "recompute = { granularity = \"full\", unit = \"chunk\" }")
       .Arm("segment", "overlap", testing::FullRecompute("uniform", 1))

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "overlap_impl/faulty_plans.h"
+
 namespace bitparity {
 namespace {
 
@@ -252,6 +254,53 @@ INSTANTIATE_TEST_SUITE_P(
                                Full(RecomputeMethod::kUniform, 1, RecomputeUnit::kChunk)},
                       PlanCase{"one_microbatch", 2, 0, 1, Full(RecomputeMethod::kUniform, 1)}),
     [](const ::testing::TestParamInfo<PlanCase>& info) { return info.param.name; });
+
+// The faulty plans change the schedule where their bug lives and nowhere else.
+TEST(FaultyPlans, EachScheduleBugIsADifferentPlan) {
+  const CombinedStepPlan plan =
+      BuildCombinedStepPlan(Model(3, 1), 3, Full(RecomputeMethod::kUniform, 1));
+  EXPECT_TRUE(plan.mtp_post_process_in_segment);
+  EXPECT_TRUE(plan.replay_restores_chunk_state);
+  auto count = [](const CombinedStepPlan& p, NodeKind node, Phase phase) {
+    int64_t n = 0;
+    for (const NodeOp& op : p.ops) n += op.node == node && op.phase == phase;
+    return n;
+  };
+  const int64_t backward_ops = [&] {
+    int64_t n = 0;
+    for (const NodeOp& op : plan.ops) n += op.phase == Phase::kBackward;
+    return n;
+  }();
+  ASSERT_GT(count(plan, NodeKind::kMtpPostProcess, Phase::kReplay), 0);
+
+  OverlapBugs none;
+  EXPECT_EQ(WithScheduleBugs(plan, none).ops.size(), plan.ops.size());
+
+  OverlapBugs outside;
+  outside.mtp_post_outside_segment = true;
+  const CombinedStepPlan no_mtp_replay = WithScheduleBugs(plan, outside);
+  EXPECT_FALSE(no_mtp_replay.mtp_post_process_in_segment);
+  EXPECT_EQ(count(no_mtp_replay, NodeKind::kMtpPostProcess, Phase::kReplay), 0);
+  EXPECT_EQ(no_mtp_replay.ops.size(),
+            plan.ops.size() - count(plan, NodeKind::kMtpPostProcess, Phase::kReplay));
+
+  OverlapBugs flush;
+  flush.flush_per_backward_call = true;
+  const CombinedStepPlan flushing = WithScheduleBugs(plan, flush);
+  EXPECT_EQ(count(flushing, NodeKind::kChunk, Phase::kFlushGrads),
+            count(plan, NodeKind::kChunk, Phase::kFlushGrads) + backward_ops);
+  for (size_t i = 0; i < flushing.ops.size(); ++i) {
+    if (flushing.ops[i].phase != Phase::kBackward) continue;
+    ASSERT_LT(i + 1, flushing.ops.size());
+    EXPECT_EQ(flushing.ops[i + 1].phase, Phase::kFlushGrads) << "after operation " << i;
+  }
+
+  OverlapBugs snapshot;
+  snapshot.skip_snapshot_restore = true;
+  const CombinedStepPlan no_restore = WithScheduleBugs(plan, snapshot);
+  EXPECT_FALSE(no_restore.replay_restores_chunk_state);
+  EXPECT_EQ(no_restore.ops.size(), plan.ops.size());
+}
 
 }  // namespace
 }  // namespace bitparity

@@ -28,9 +28,7 @@ std::string RecipeText(const Fp8Config& c) {
                                                          : testing::FullRecompute("block", 3);
   // Wider than the small model, so that FP8 blocks of 32 and 128 both fit.
   return testing::RecipeBuilder(3, c.mtp_layers)
-      .Set("model.hidden", 64)
-      .Set("model.moe_ffn", 64)
-      .Set("model.ffn", 160)
+      .ModelShape(64, 64, 160, 64, 16)
       .Set("train.lr", 1e-2)
       .Set("precision.recipe", c.precision)
       .ParityArms(recompute)

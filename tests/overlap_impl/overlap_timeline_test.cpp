@@ -17,13 +17,8 @@ namespace {
 
 std::string RecipeText() {
   return testing::RecipeBuilder(4, 0)
-      .Set("model.hidden", 64)
-      .Set("model.moe_ffn", 64)
-      .Set("model.ffn", 128)
-      .Set("model.vocab", 128)
-      .Set("model.seq_len", 32)
-      .Set("train.global_batch", 16)
-      .Set("train.iterations", 2)
+      .ModelShape(64, 64, 128, 128, 32)
+      .Batches(16, 2)
       .Arm("overlap", "overlap", testing::FullRecompute("uniform", 1))
       .Text();
 }

@@ -28,13 +28,30 @@ std::string RecipeText(int mtp_layers, const std::string& recompute, int layers 
 const char kNone[] = "{ granularity = \"none\" }";
 const char kUniform1[] = "{ granularity = \"full\", method = \"uniform\", num_layers = 1 }";
 
+// One bug of the overlap arm's share, or of the model's, switched on.
+InjectedBugs OverlapBug(bool OverlapBugs::*bug) {
+  InjectedBugs bugs;
+  bugs.overlap.*bug = true;
+  return bugs;
+}
+InjectedBugs ModelBug(bool ModelBugs::*bug) {
+  InjectedBugs bugs;
+  bugs.model.*bug = true;
+  return bugs;
+}
+
+testing::ThreadTrainOptions TrainingWith(const InjectedBugs& bugs) {
+  testing::ThreadTrainOptions options;
+  options.bugs = bugs;
+  return options;
+}
+
 // The difference between `arm` with the bug and `against` without it, or "failed: ..." when
 // the run with the bug could not complete.
 std::string WithBug(const Recipe& recipe, const std::string& arm, const std::string& against,
                     InjectedBugs bugs) {
   testing::RankRecords clean = testing::TrainOnThreads(recipe, against);
-  testing::ThreadTrainOptions options;
-  options.bugs = bugs;
+  testing::ThreadTrainOptions options = TrainingWith(bugs);
   options.timeout = std::chrono::seconds(5);
   try {
     return testing::FirstDifference(clean, testing::TrainOnThreads(recipe, arm, options));
@@ -49,10 +66,8 @@ TEST(SilentBugs, RoutingMetadataSharedAcrossMicrobatchesIsCaught) {
   // backward of B(k) layer 1 reads F(k+1)'s permutation. Nothing fails and the first
   // iteration's losses are unchanged; layer 1's gradients and everything below it are wrong.
   Recipe recipe = ParseRecipe(RecipeText(0, kNone, 4), "bug.toml");
-  InjectedBugs bugs;
-  bugs.stale_routing_metadata = true;
-  testing::ThreadTrainOptions options;
-  options.bugs = bugs;
+  const InjectedBugs bugs = OverlapBug(&OverlapBugs::stale_routing_metadata);
+  const testing::ThreadTrainOptions options = TrainingWith(bugs);
   testing::RankRecords reference = testing::TrainOnThreads(recipe, "reference");
   testing::RankRecords buggy = testing::TrainOnThreads(recipe, "overlap", options);
   const std::string difference = testing::FirstDifference(reference, buggy);
@@ -88,8 +103,7 @@ TEST(SilentBugs, RoutingMetadataSharedAcrossMicrobatchesIsCaught) {
 TEST(SilentBugs, ChunkStateSnapshotNotRestoredBeforeReplayIsCaught) {
   // The MTP replay rolls the token ids a second time.
   Recipe recipe = ParseRecipe(RecipeText(1, kUniform1), "bug.toml");
-  InjectedBugs bugs;
-  bugs.skip_snapshot_restore = true;
+  const InjectedBugs bugs = OverlapBug(&OverlapBugs::skip_snapshot_restore);
   std::string difference = WithBug(recipe, "overlap", "reference", bugs);
   EXPECT_NE(difference, "");
   std::printf("snapshot not restored: %s\n", difference.c_str());
@@ -104,10 +118,8 @@ TEST(SilentBugs, MtpPostProcessOutsideTheRecomputeScopeIsCaught) {
   // The seed's bug: the concatenation built without grad anchors the decoder output on a stale
   // leaf and drops the decoder's gradient through the MTP branch.
   Recipe recipe = ParseRecipe(RecipeText(1, kUniform1), "bug.toml");
-  InjectedBugs bugs;
-  bugs.mtp_post_outside_segment = true;
-  testing::ThreadTrainOptions options;
-  options.bugs = bugs;
+  const InjectedBugs bugs = OverlapBug(&OverlapBugs::mtp_post_outside_segment);
+  const testing::ThreadTrainOptions options = TrainingWith(bugs);
   testing::RankRecords reference = testing::TrainOnThreads(recipe, "reference");
   testing::RankRecords buggy = testing::TrainOnThreads(recipe, "overlap", options);
   std::vector<std::string> differing = testing::DifferingGrads(reference, buggy, 1, 0);
@@ -124,8 +136,7 @@ TEST(SilentBugs, MtpPostProcessOutsideTheRecomputeScopeIsCaught) {
 TEST(SilentBugs, PerCallGradientFlushIsCaught) {
   // The embedding's two contributions get added to the main grad in two steps.
   Recipe recipe = ParseRecipe(RecipeText(1, kNone), "bug.toml");
-  InjectedBugs bugs;
-  bugs.flush_per_backward_call = true;
+  const InjectedBugs bugs = OverlapBug(&OverlapBugs::flush_per_backward_call);
   std::string difference = WithBug(recipe, "overlap", "reference", bugs);
   EXPECT_NE(difference.find("grad"), std::string::npos) << difference;
   std::printf("per-call flush: %s\n", difference.c_str());
@@ -135,10 +146,8 @@ TEST(SilentBugs, NormInputReachedByTwoEdgesIsCaught) {
   // fp32 composite RMSNorm: the MTP hidden input receives three contributions whose order
   // differs between one graph and node-by-node backward.
   Recipe recipe = ParseRecipe(RecipeText(1, kNone), "bug.toml");
-  InjectedBugs bugs;
-  bugs.composite_rms_norm = true;
-  testing::ThreadTrainOptions options;
-  options.bugs = bugs;
+  const InjectedBugs bugs = ModelBug(&ModelBugs::composite_rms_norm);
+  const testing::ThreadTrainOptions options = TrainingWith(bugs);
   std::string difference =
       testing::FirstDifference(testing::TrainOnThreads(recipe, "reference", options),
                                testing::TrainOnThreads(recipe, "overlap", options));
@@ -149,10 +158,8 @@ TEST(SilentBugs, AuxLossAddedToTheLossIsCaught) {
   // Under recompute the aux gradient of checkpointed layers is lost (reference arm), and the
   // overlap arm cannot backpropagate it across node boundaries at all.
   Recipe recipe = ParseRecipe(RecipeText(0, kUniform1), "bug.toml");
-  InjectedBugs bugs;
-  bugs.aux_loss_in_objective = true;
-  testing::ThreadTrainOptions options;
-  options.bugs = bugs;
+  const InjectedBugs bugs = ModelBug(&ModelBugs::aux_loss_in_objective);
+  const testing::ThreadTrainOptions options = TrainingWith(bugs);
   EXPECT_NE(testing::FirstDifference(testing::TrainOnThreads(recipe, "reference_none", options),
                                      testing::TrainOnThreads(recipe, "reference", options)),
             "");

@@ -56,6 +56,19 @@ RecipeBuilder& RecipeBuilder::Arm(const std::string& name, const std::string& en
   return *this;
 }
 
+RecipeBuilder& RecipeBuilder::ModelShape(int64_t hidden, int64_t moe_ffn, int64_t ffn,
+                                         int64_t vocab, int64_t seq_len) {
+  return Set("model.hidden", hidden)
+      .Set("model.moe_ffn", moe_ffn)
+      .Set("model.ffn", ffn)
+      .Set("model.vocab", vocab)
+      .Set("model.seq_len", seq_len);
+}
+
+RecipeBuilder& RecipeBuilder::Batches(int64_t global_batch, int64_t iterations) {
+  return Set("train.global_batch", global_batch).Set("train.iterations", iterations);
+}
+
 RecipeBuilder& RecipeBuilder::ParityArms(const std::string& recompute) {
   return Arm("reference", "reference", recompute)
       .Arm("overlap", "overlap", recompute)

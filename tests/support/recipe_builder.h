@@ -35,6 +35,12 @@ class RecipeBuilder {
   RecipeBuilder& Set(const std::string& key, const char* value) {
     return Set(key, std::string(value));
   }
+  // [model] hidden, moe_ffn, ffn, vocab and seq_len at once (a model other than the small one).
+  RecipeBuilder& ModelShape(int64_t hidden, int64_t moe_ffn, int64_t ffn, int64_t vocab,
+                            int64_t seq_len);
+  // [train] global_batch and iterations.
+  RecipeBuilder& Batches(int64_t global_batch, int64_t iterations);
+
   // Adds [arms.NAME] with `engine` and `overrides`, TOML lines of the arm's table (e.g.
   // "recompute = { granularity = \"full\", method = \"uniform\", num_layers = 1 }").
   RecipeBuilder& Arm(const std::string& name, const std::string& engine,

@@ -1,0 +1,32 @@
+#include "overlap_impl/faulty_plans.h"
+
+#include <utility>
+#include <vector>
+
+namespace bitparity {
+
+CombinedStepPlan WithScheduleBugs(CombinedStepPlan plan, const OverlapBugs& bugs) {
+  if (bugs.skip_snapshot_restore) plan.replay_restores_chunk_state = false;
+  if (bugs.mtp_post_outside_segment) plan.mtp_post_process_in_segment = false;
+  if (!bugs.mtp_post_outside_segment && !bugs.flush_per_backward_call) return plan;
+  std::vector<NodeOp> ops;
+  for (const NodeOp& op : plan.ops) {
+    if (bugs.mtp_post_outside_segment && op.node == NodeKind::kMtpPostProcess &&
+        op.phase == Phase::kReplay) {
+      continue;
+    }
+    ops.push_back(op);
+    if (bugs.flush_per_backward_call && op.phase == Phase::kBackward) {
+      NodeOp flush;
+      flush.node = NodeKind::kChunk;
+      flush.phase = Phase::kFlushGrads;
+      flush.microbatch = op.microbatch;
+      flush.stream = Stream::kNone;
+      ops.push_back(flush);
+    }
+  }
+  plan.ops = std::move(ops);
+  return plan;
+}
+
+}  // namespace bitparity

@@ -1,0 +1,25 @@
+#ifndef BITPARITY_OVERLAP_IMPL_FAULTY_PLANS_H_
+#define BITPARITY_OVERLAP_IMPL_FAULTY_PLANS_H_
+
+// Plans that re-create the silent bugs of the overlap path that live in its schedule, one at a
+// time, so that the silent-bug tests can show the parity checks catch each: the runner and the
+// chunk schedules only ever execute a plan, right or wrong, and hold no bug switch of their own.
+// Torch-free.
+
+#include "model/injected_bugs.h"
+#include "overlap_impl/combined_step_plan.h"
+
+namespace bitparity {
+
+// `plan` with the schedule bugs of `bugs` applied:
+// - mtp_post_outside_segment: a segment replay stops at the MTP layer's combine; its
+//   mtp_post_process keeps its first forward's activations and is not replayed.
+// - skip_snapshot_restore: a replay starts from the chunk state as it is, not the snapshot.
+// - flush_per_backward_call: the main grads are flushed after every backward operation, not
+//   once per microbatch, so that a tensor's gradient contributions are rounded in between.
+// stale_routing_metadata is not a plan (overlap_impl/stale_routing_fault.h).
+CombinedStepPlan WithScheduleBugs(CombinedStepPlan plan, const OverlapBugs& bugs);
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_OVERLAP_IMPL_FAULTY_PLANS_H_

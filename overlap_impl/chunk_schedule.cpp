@@ -2,6 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <stdexcept>
+#include <string>
+#include <utility>
+
 #include "core/errors.h"
 #include "core/rng_state.h"
 
@@ -20,35 +24,74 @@ LayerSchedule::LayerSchedule(OverlapContext* context, ChunkSchedule* chunk, int6
   last_mtp_ = layer == plan.layers() - 1 && mtp_;
   mtp_weights_ = mtp_ ? &w.mtp[layer - plan.decoder_layers] : nullptr;
   weights_ = mtp_ ? &mtp_weights_->layer : &w.layers[layer];
-  if (context->timeline) {
-    auto record = [this](const AllToAllNode& node, bool backward) {
-      const AllToAllNode::Timing& t = node.last_timing();
-      TimelineEvent e;
-      e.node = node.name();
-      e.phase = backward ? "backward" : (replaying_ ? "replay" : "forward");
-      e.microbatch = chunk_->state().microbatch;
-      e.layer = layer_;
-      e.comm = true;
-      e.begin_ns = t.started_ns;
-      e.end_ns = t.wait_end_ns;
-      e.completed_ns = t.completed_ns;
-      e.wait_begin_ns = t.wait_begin_ns;
-      context_->timeline->push_back(e);
-    };
-    dispatch_.on_finished = record;
-    combine_comm_.on_finished = record;
-  }
 }
 
-void LayerSchedule::Record(const char* node, const char* phase, int64_t begin_ns) {
+at::Tensor LayerSchedule::Run(const NodeOp& op, at::Tensor grad) {
+  const bool backward = op.phase == Phase::kBackward;
+  switch (op.node) {
+    case NodeKind::kAttn:
+      if (backward) return AttnBackward();
+      AttnForward(chunk_->LayerInput(layer_, op), op.phase);
+      return grad;
+    case NodeKind::kDispatch:
+      if (backward) {
+        DispatchBackward();
+      } else {
+        DispatchForward();
+      }
+      return grad;
+    case NodeKind::kMlp:
+      if (backward) {
+        MlpBackward();
+      } else {
+        MlpForward(op.phase);
+      }
+      return grad;
+    case NodeKind::kCombine:
+      if (backward) {
+        CombineBackward(grad);
+        return at::Tensor();  // the gradient travels on inside the layer, to attn backward
+      }
+      CombineForward();
+      // Nothing else runs while a replay's all-to-all flies: its epilogue follows at once.
+      if (op.phase == Phase::kReplay) FinishCombine(op.phase);
+      return grad;
+    case NodeKind::kMtpPostProcess:
+      if (backward) return MtpPostProcessBackward(grad);
+      MtpPostProcessForward(op.phase);
+      return grad;
+    default:
+      break;
+  }
+  throw std::logic_error(std::string("overlap plan: layer ") + std::to_string(layer_) +
+                         " has no operation " + ToString(op.node) + "/" + ToString(op.phase));
+}
+
+void LayerSchedule::Record(const char* node, Phase phase, int64_t begin_ns) {
   if (!context_->timeline) return;
   TimelineEvent e;
   e.node = node;
-  e.phase = replaying_ && std::string(phase) == "forward" ? "replay" : phase;
+  e.phase = ToString(phase);
   e.microbatch = chunk_->state().microbatch;
   e.layer = layer_;
   e.begin_ns = begin_ns;
   e.end_ns = SteadyNanoseconds();
+  context_->timeline->push_back(e);
+}
+
+void LayerSchedule::RecordComm(const AllToAllNode& node, Phase phase) {
+  if (!context_->timeline) return;
+  const AllToAllNode::Timing& t = node.last_timing();
+  TimelineEvent e;
+  e.node = node.name();
+  e.phase = ToString(phase);
+  e.microbatch = chunk_->state().microbatch;
+  e.layer = layer_;
+  e.comm = true;
+  e.begin_ns = t.started_ns;
+  e.end_ns = t.wait_end_ns;
+  e.completed_ns = t.completed_ns;
+  e.wait_begin_ns = t.wait_begin_ns;
   context_->timeline->push_back(e);
 }
 
@@ -62,7 +105,7 @@ void LayerSchedule::SetForwardNoGrad(bool no_grad) {
 const std::vector<int64_t>& LayerSchedule::SendSplits() const { return routing_->send_splits; }
 const std::vector<int64_t>& LayerSchedule::RecvSplits() const { return routing_->recv_splits; }
 
-void LayerSchedule::AttnForward(const at::Tensor& input) {
+void LayerSchedule::AttnForward(const at::Tensor& input, Phase phase) {
   const int64_t begin = SteadyNanoseconds();
   GptModel* model = context_->model;
   ChunkState& state = chunk_->state();
@@ -86,7 +129,7 @@ void LayerSchedule::AttnForward(const at::Tensor& input) {
     if (out.payload.route_mask.defined()) outputs.push_back(out.payload.route_mask);
     return outputs;
   });
-  Record("attn", "forward", begin);
+  Record("attn", phase, begin);
 }
 
 void LayerSchedule::DispatchForward() {
@@ -98,24 +141,26 @@ void LayerSchedule::DispatchForward() {
                          RecvSplits());
 }
 
-void LayerSchedule::MlpForward() {
+void LayerSchedule::MlpForward(Phase phase) {
   GptModel* model = context_->model;
   if (!moe_) {
     const int64_t begin = SteadyNanoseconds();
     mlp_.Forward({attn_.outputs()[0]}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
       return std::vector<at::Tensor>{model->LayerDenseMlp(*weights_, in[0])};
     });
-    Record("mlp", "forward", begin);
+    Record("mlp", phase, begin);
     return;
   }
+  const bool waits = dispatch_.pending();
   std::vector<at::Tensor> received = dispatch_.FinishForward();
+  if (waits) RecordComm(dispatch_, phase);
   const int64_t begin = SteadyNanoseconds();
   at::Tensor mask = received.size() > 2 ? received[2] : at::Tensor();
   mlp_.Forward({received[0], received[1]}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
     DispatchPayload payload{in[0], in[1], mask};
     return std::vector<at::Tensor>{model->LayerExperts(*weights_, payload, *routing_)};
   });
-  Record("mlp", "forward", begin);
+  Record("mlp", phase, begin);
 }
 
 void LayerSchedule::CombineForward() {
@@ -126,10 +171,15 @@ void LayerSchedule::CombineForward() {
   combine_pending_ = true;
 }
 
-void LayerSchedule::FinishCombine() {
+void LayerSchedule::FinishCombine(Phase phase) {
   if (!combine_pending_) return;
   combine_pending_ = false;
-  at::Tensor rows = moe_ ? combine_comm_.FinishForward()[0] : mlp_.outputs()[0];
+  at::Tensor rows = mlp_.outputs()[0];
+  if (moe_) {
+    const bool waits = combine_comm_.pending();
+    rows = combine_comm_.FinishForward()[0];
+    if (waits) RecordComm(combine_comm_, phase);
+  }
   const int64_t begin = SteadyNanoseconds();
   GptModel* model = context_->model;
   const ChunkState& state = chunk_->state();
@@ -146,7 +196,7 @@ void LayerSchedule::FinishCombine() {
     if (last_decoder_) out = model->FinalNorm(out);
     return std::vector<at::Tensor>{out};
   });
-  Record("moe_combine", "forward", begin);
+  Record("moe_combine", phase, begin);
   // The tail of a recompute segment hands a grad-requiring tensor to its consumer, so that the
   // consumer's backward returns the gradient the replayed segment starts from.
   output_ = combine_.outputs()[0];
@@ -157,8 +207,8 @@ void LayerSchedule::FinishCombine() {
   if (!mtp_) ReleaseRecomputed();  // a no-grad layer's nodes are of no further use
 }
 
-void LayerSchedule::MtpPostProcessForward() {
-  FinishCombine();
+void LayerSchedule::MtpPostProcessForward(Phase phase) {
+  FinishCombine(phase);
   const int64_t begin = SteadyNanoseconds();
   GptModel* model = context_->model;
   ChunkState& state = chunk_->state();
@@ -171,28 +221,28 @@ void LayerSchedule::MtpPostProcessForward() {
     state.mtp_hidden_states.clear();
     return std::vector<at::Tensor>{joined};
   });
-  Record("mtp_post_process", "forward", begin);
+  Record("mtp_post_process", phase, begin);
   output_ = mtp_post_.outputs()[0];
   if (segment_tail_ && !output_.requires_grad()) output_.requires_grad_(true);
   ReleaseRecomputed();
 }
 
 const at::Tensor& LayerSchedule::Output() {
-  FinishCombine();
+  FinishCombine(Phase::kForward);  // a replay finished its combine already
   return output_;
 }
 
 at::Tensor LayerSchedule::MtpPostProcessBackward(const at::Tensor& grad) {
   const int64_t begin = SteadyNanoseconds();
   at::Tensor g = mtp_post_.Backward({grad})[0];
-  Record("mtp_post_process", "backward", begin);
+  Record("mtp_post_process", Phase::kBackward, begin);
   return g;
 }
 
 void LayerSchedule::CombineBackward(const at::Tensor& grad) {
   const int64_t begin = SteadyNanoseconds();
   at::Tensor g = combine_.Backward({grad})[0];
-  Record("moe_combine", "backward", begin);
+  Record("moe_combine", Phase::kBackward, begin);
   if (!moe_) {
     mlp_input_grads_ = {g};  // the dense MLP output's gradient, for MlpBackward
     return;
@@ -201,11 +251,15 @@ void LayerSchedule::CombineBackward(const at::Tensor& grad) {
 }
 
 void LayerSchedule::MlpBackward() {
-  std::vector<at::Tensor> g =
-      moe_ ? combine_comm_.FinishBackward() : std::vector<at::Tensor>{mlp_input_grads_[0]};
+  std::vector<at::Tensor> g{mlp_input_grads_.empty() ? at::Tensor() : mlp_input_grads_[0]};
+  if (moe_) {
+    const bool waits = combine_comm_.pending();
+    g = combine_comm_.FinishBackward();
+    if (waits) RecordComm(combine_comm_, Phase::kBackward);
+  }
   const int64_t begin = SteadyNanoseconds();
   mlp_input_grads_ = mlp_.Backward(g);
-  Record("mlp", "backward", begin);
+  Record("mlp", Phase::kBackward, begin);
 }
 
 void LayerSchedule::DispatchBackward() {
@@ -214,10 +268,15 @@ void LayerSchedule::DispatchBackward() {
 }
 
 at::Tensor LayerSchedule::AttnBackward() {
-  std::vector<at::Tensor> g = moe_ ? dispatch_.FinishBackward() : mlp_input_grads_;
+  std::vector<at::Tensor> g = mlp_input_grads_;
+  if (moe_) {
+    const bool waits = dispatch_.pending();
+    g = dispatch_.FinishBackward();
+    if (waits) RecordComm(dispatch_, Phase::kBackward);
+  }
   const int64_t begin = SteadyNanoseconds();
   at::Tensor input_grad = attn_.Backward(g)[0];
-  Record("attn", "backward", begin);
+  Record("attn", Phase::kBackward, begin);
   Release();
   return input_grad;
 }
@@ -258,6 +317,27 @@ bool LayerSchedule::holds_tensors() const {
 
 // ---------------------------------------------------------------------------------------------
 // RecomputeSegment
+
+void RecomputeSegment::Run(const NodeOp& op, ChunkSchedule* chunk) {
+  switch (op.phase) {
+    case Phase::kCapture:
+      Capture(chunk->LayerInput(op.layer, op), chunk->state());
+      return;
+    case Phase::kReplay:
+      BeginReplay(chunk, chunk->context()->plan->replay_restores_chunk_state);
+      return;
+    case Phase::kReplayDone:
+      EndReplay();
+      return;
+    case Phase::kRelease:
+      Release();
+      return;
+    default:
+      break;
+  }
+  throw std::logic_error(std::string("overlap plan: a segment has no operation ") +
+                         ToString(op.phase));
+}
 
 void RecomputeSegment::Capture(const at::Tensor& input, const ChunkState& state) {
   input_ = input;
@@ -318,14 +398,54 @@ void ChunkSchedule::PreProcessForward() {
   });
 }
 
-at::Tensor ChunkSchedule::LayerInput(int64_t layer) {
+at::Tensor ChunkSchedule::Run(const NodeOp& op, at::Tensor grad) {
+  const bool forward = op.phase == Phase::kForward;
+  switch (op.node) {
+    case NodeKind::kPreProcess:
+      if (forward) {
+        PreProcessForward();
+        return grad;
+      }
+      PreProcessBackward(grad);
+      return at::Tensor();
+    case NodeKind::kPostProcess:
+      if (forward) {
+        PostProcessForward();
+        return grad;
+      }
+      return PostProcessBackward();
+    case NodeKind::kSegment:
+      segments_[op.segment].Run(op, this);
+      return grad;
+    case NodeKind::kChunk:
+      if (op.phase == Phase::kFlushGrads) {
+        context_->model->parameters().FlushGradsToMainGrads();
+        return grad;
+      }
+      if (op.phase == Phase::kReleaseActivations) {
+        ReleaseRecomputedActivations();
+        return grad;
+      }
+      break;
+    default:
+      return layers_[op.layer]->Run(op, std::move(grad));
+  }
+  throw std::logic_error(std::string("overlap plan: unexpected operation ") + ToString(op.node) +
+                         "/" + ToString(op.phase));
+}
+
+at::Tensor ChunkSchedule::LayerInput(int64_t layer, const NodeOp& op) {
+  // A replay starts from the segment's kept input, not the no-grad output before it.
+  if (op.phase == Phase::kReplay && segments_[op.segment].spec().first_layer == layer) {
+    return segments_[op.segment].input();
+  }
   return layer == 0 ? pre_process_.outputs()[0] : layers_[layer - 1]->Output();
 }
 
 void ChunkSchedule::PostProcessForward() {
   GptModel* model = context_->model;
   const int64_t depths = context_->plan->mtp_layers;
-  at::Tensor hidden = layers_.back()->Output();
+  const at::Tensor& hidden = layers_.back()->Output();
   post_process_.Forward({hidden}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
     std::vector<at::Tensor> chunks = in[0].chunk(1 + depths, 0);
     std::vector<at::Tensor> mtp(chunks.begin() + 1, chunks.end());
@@ -334,17 +454,14 @@ void ChunkSchedule::PostProcessForward() {
   });
 }
 
-void ChunkSchedule::PostProcessBackward() {
+at::Tensor ChunkSchedule::PostProcessBackward() {
   at::Tensor seed =
       at::full({}, context_->model->loss_grad_scale(), post_process_.outputs()[0].options());
   losses_.objective = at::Tensor();
-  backward_grad_ = post_process_.Backward({seed})[0];
+  return post_process_.Backward({seed})[0];
 }
 
-void ChunkSchedule::PreProcessBackward() {
-  pre_process_.Backward({backward_grad_});
-  backward_grad_ = at::Tensor();
-}
+void ChunkSchedule::PreProcessBackward(const at::Tensor& grad) { pre_process_.Backward({grad}); }
 
 void ChunkSchedule::ReleaseRecomputedActivations() {
   for (const LayerSegment& spec : context_->plan->recompute.segments) {

@@ -49,32 +49,23 @@ class LayerSchedule {
  public:
   LayerSchedule(OverlapContext* context, ChunkSchedule* chunk, int64_t layer);
 
-  // Forward operations, in schedule order. The combine's all-to-all result is waited for, and
-  // its epilogue (unpermute, residual, final norm) run, when Output() is first needed.
-  void AttnForward(const at::Tensor& input);
-  void DispatchForward();
-  void MlpForward();
-  void CombineForward();
-  // Waits for the combine's all-to-all and runs its epilogue (unpermute, residual, final norm);
-  // a no-op when already done.
-  void FinishCombine();
-  void MtpPostProcessForward();
-  // The layer's output (after mtp_post_process for MTP layers). A recomputed layer releases its
-  // nodes as soon as its forward is done and keeps only this tensor until the chunk step ends.
-  const at::Tensor& Output();
+  // Runs one operation of the plan on this layer (op.layer == index()): a forward, a replay
+  // (the forward again, with grad) or a backward of one of its nodes. `grad` is the gradient the
+  // microbatch's previous backward operation handed on; returns the one this operation hands on:
+  // the layer input's gradient after attn backward, the gradient of the combine's output after
+  // mtp_post_process backward, none after moe_combine backward (the gradient travels inside the
+  // layer from there), and `grad` itself after a forward.
+  at::Tensor Run(const NodeOp& op, at::Tensor grad);
 
-  // Backward operations, in schedule order; `grad` is the gradient of the layer's output.
-  at::Tensor MtpPostProcessBackward(const at::Tensor& grad);
-  void CombineBackward(const at::Tensor& grad);
-  void MlpBackward();
-  void DispatchBackward();
-  at::Tensor AttnBackward();  // the gradient of the layer's input
+  // The layer's output (after mtp_post_process for MTP layers). The combine's all-to-all result
+  // is waited for, and its epilogue (unpermute, residual, final norm) run, when it is first
+  // needed. A recomputed layer releases its nodes as soon as its forward is done and keeps only
+  // this tensor until the chunk step ends.
+  const at::Tensor& Output();
 
   // Recomputed layers run their initial forward without building graphs.
   void SetForwardNoGrad(bool no_grad);
   void set_segment_tail(bool tail) { segment_tail_ = tail; }
-  // Marks the forward operations that follow as a recompute replay (for the timeline).
-  void set_replaying(bool replaying) { replaying_ = replaying; }
   void Release();
   // Releases the nodes that ran without a graph (they are replayed); called when the layer's
   // forward is done.
@@ -87,9 +78,25 @@ class LayerSchedule {
   int64_t index() const { return layer_; }
 
  private:
+  // The node operations Run dispatches to; `phase` is kForward or kReplay for forwards.
+  void AttnForward(const at::Tensor& input, Phase phase);
+  void DispatchForward();
+  void MlpForward(Phase phase);
+  void CombineForward();
+  // Waits for the combine's all-to-all and runs its epilogue; a no-op when already done.
+  void FinishCombine(Phase phase);
+  void MtpPostProcessForward(Phase phase);
+  at::Tensor MtpPostProcessBackward(const at::Tensor& grad);
+  void CombineBackward(const at::Tensor& grad);
+  void MlpBackward();
+  void DispatchBackward();
+  at::Tensor AttnBackward();  // the gradient of the layer's input
+
   const std::vector<int64_t>& SendSplits() const;
   const std::vector<int64_t>& RecvSplits() const;
-  void Record(const char* node, const char* phase, int64_t begin_ns);
+  // Timeline events (when the engine records a timeline).
+  void Record(const char* node, Phase phase, int64_t begin_ns);
+  void RecordComm(const AllToAllNode& node, Phase phase);
 
   OverlapContext* context_;
   ChunkSchedule* chunk_;
@@ -99,7 +106,6 @@ class LayerSchedule {
   bool last_decoder_;
   bool last_mtp_;
   bool segment_tail_ = false;
-  bool replaying_ = false;
   const LayerWeights* weights_;
   const MtpWeights* mtp_weights_;
 
@@ -122,6 +128,9 @@ class LayerSchedule {
 class RecomputeSegment {
  public:
   explicit RecomputeSegment(const LayerSegment& spec) : spec_(spec) {}
+
+  // Runs one segment operation of the plan: capture, replay (its start), replay done, release.
+  void Run(const NodeOp& op, ChunkSchedule* chunk);
 
   // Before the head layer's forward: keep its input, the mutable chunk state and the RNG.
   void Capture(const at::Tensor& input, const ChunkState& state);
@@ -151,14 +160,15 @@ class ChunkSchedule {
  public:
   ChunkSchedule(OverlapContext* context, ChunkState state);
 
-  void PreProcessForward();
-  void PostProcessForward();
-  void PostProcessBackward();
-  void PreProcessBackward();
-  // The input of `layer`: the embedding or the previous layer's output.
-  at::Tensor LayerInput(int64_t layer);
-  // After the chunk step of the forward: recomputed layers keep nothing.
-  void ReleaseRecomputedActivations();
+  // Runs one operation of the plan on this microbatch: its pre- or post-process, a chunk-level
+  // operation, a segment's, or one of a layer's (LayerSchedule::Run). `grad` is the gradient the
+  // microbatch's previous backward operation handed on; returns the one this operation hands on
+  // (post_process backward starts it, pre_process backward ends it).
+  at::Tensor Run(const NodeOp& op, at::Tensor grad);
+
+  // The input of `layer` for `op`: the embedding, the previous layer's output, or for the replay
+  // of a segment's first layer the segment's kept input.
+  at::Tensor LayerInput(int64_t layer, const NodeOp& op);
 
   LayerSchedule& layer(int64_t index) { return *layers_[index]; }
   RecomputeSegment& segment(int64_t index) { return segments_[index]; }
@@ -169,9 +179,15 @@ class ChunkSchedule {
   OverlapContext* context() { return context_; }
   ChunkState& state() { return state_; }
   MicrobatchLosses& losses() { return losses_; }
-  at::Tensor& backward_grad() { return backward_grad_; }
 
  private:
+  void PreProcessForward();
+  void PostProcessForward();
+  at::Tensor PostProcessBackward();  // the gradient of the last layer's output
+  void PreProcessBackward(const at::Tensor& grad);
+  // After the chunk step of the forward: recomputed layers keep nothing.
+  void ReleaseRecomputedActivations();
+
   OverlapContext* context_;
   ChunkState state_;
   MicrobatchLosses losses_;
@@ -179,7 +195,6 @@ class ChunkSchedule {
   ComputeNode post_process_{"post_process"};
   std::vector<std::unique_ptr<LayerSchedule>> layers_;
   std::vector<RecomputeSegment> segments_;
-  at::Tensor backward_grad_;  // the gradient flowing down through the layers
 };
 
 }  // namespace bitparity

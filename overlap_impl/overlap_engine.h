@@ -4,7 +4,8 @@
 // The overlap arm: every layer split into schedule nodes, microbatches interleaved by the
 // combined 1F1B plan so that each all-to-all of one microbatch is in flight while a compute
 // node of the other runs, and full activation recompute per layer segment. The runner is a
-// loop over the plan's operations.
+// loop over the plan's operations, each handed to its microbatch's ChunkSchedule with the
+// gradient the microbatch's previous backward operation produced.
 
 #include <memory>
 #include <string>
@@ -40,10 +41,6 @@ class OverlapEngine : public Engine {
       after_op;
 
  private:
-  void Execute(const NodeOp& op, ChunkSchedule& chunk);
-  // One node of a segment replay: its forward again, with grad.
-  void Replay(const NodeOp& op, ChunkSchedule& chunk);
-
   GptModel* model_;
   CombinedStepPlan plan_;
   std::unique_ptr<StaleRoutingFault> stale_routing_;

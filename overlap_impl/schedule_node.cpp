@@ -97,7 +97,6 @@ std::vector<at::Tensor> AllToAllNode::Finish() {
   }
   if (timing_.completed_ns == 0) timing_.completed_ns = timing_.wait_end_ns;
   pending_.clear();
-  if (on_finished) on_finished(*this, backward_);
   return out;
 }
 
@@ -105,6 +104,12 @@ void AllToAllNode::StartForward(Communicator* comm, const std::vector<at::Tensor
                                 const std::vector<at::Tensor>& metadata,
                                 std::vector<int64_t> send_splits,
                                 std::vector<int64_t> recv_splits) {
+  if (kind_ == Kind::kNull) {
+    received_ = carried;
+    received_.insert(received_.end(), metadata.begin(), metadata.end());
+    backward_ = false;
+    return;
+  }
   comm_ = comm;
   send_splits_ = std::move(send_splits);
   recv_splits_ = std::move(recv_splits);
@@ -132,6 +137,12 @@ const std::vector<at::Tensor>& AllToAllNode::FinishForward() {
 }
 
 void AllToAllNode::StartBackward(const std::vector<at::Tensor>& grads) {
+  if (kind_ == Kind::kNull) {
+    returned_grads_ = grads;
+    received_.clear();
+    backward_ = true;
+    return;
+  }
   FinishForward();
   std::vector<at::Tensor> moving;
   for (size_t i = 0; i < carried_count_; ++i) {
@@ -144,6 +155,11 @@ void AllToAllNode::StartBackward(const std::vector<at::Tensor>& grads) {
 }
 
 std::vector<at::Tensor> AllToAllNode::FinishBackward() {
+  if (kind_ == Kind::kNull) {
+    std::vector<at::Tensor> grads;
+    grads.swap(returned_grads_);
+    return grads;
+  }
   if (pending_.empty() || !backward_) return {};
   return Finish();
 }
@@ -152,8 +168,11 @@ void AllToAllNode::Release() {
   for (PendingAllToAll& p : pending_) p.Wait();
   pending_.clear();
   received_.clear();
+  returned_grads_.clear();
 }
 
-bool AllToAllNode::holds_tensors() const { return !pending_.empty() || !received_.empty(); }
+bool AllToAllNode::holds_tensors() const {
+  return !pending_.empty() || !received_.empty() || !returned_grads_.empty();
+}
 
 }  // namespace bitparity

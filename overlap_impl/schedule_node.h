@@ -10,7 +10,9 @@
 //
 // An AllToAllNode moves tensors between ranks without autograd: forward starts the all-to-all
 // and returns at once, the result is waited for only when it is needed; backward moves the
-// gradients back the same way.
+// gradients back the same way. A null AllToAllNode (a dense layer's moe_dispatch and
+// moe_combine, Megatron's NoopScheduleNode) hands its tensors on unchanged and moves nothing,
+// so that a dense layer runs the same operations as an MoE layer.
 
 #include <ATen/ATen.h>
 
@@ -63,7 +65,10 @@ class ComputeNode {
 
 class AllToAllNode {
  public:
-  explicit AllToAllNode(std::string name) : name_(std::move(name)) {}
+  enum class Kind { kAllToAll, kNull };
+
+  explicit AllToAllNode(std::string name, Kind kind = Kind::kAllToAll)
+      : name_(std::move(name)), kind_(kind) {}
 
   // Starts moving `carried` (tensors with gradients) and `metadata` (no gradients) by the
   // splits; rows [sum(send[0..j)), +send[j]) of each go to rank j.
@@ -92,7 +97,6 @@ class AllToAllNode {
     int64_t wait_end_ns = 0;
   };
   const Timing& last_timing() const { return timing_; }
-  std::function<void(const AllToAllNode&, bool backward)> on_finished;  // for the timeline
 
  private:
   void Start(const std::vector<at::Tensor>& tensors, const std::vector<int64_t>& send,
@@ -100,12 +104,14 @@ class AllToAllNode {
   std::vector<at::Tensor> Finish();
 
   std::string name_;
+  Kind kind_;
   Communicator* comm_ = nullptr;
   std::vector<int64_t> send_splits_;
   std::vector<int64_t> recv_splits_;
   size_t carried_count_ = 0;
   std::vector<bool> carried_requires_grad_;
   std::vector<at::Tensor> received_;
+  std::vector<at::Tensor> returned_grads_;  // a null node's backward
   std::vector<PendingAllToAll> pending_;
   bool backward_ = false;
   Timing timing_;

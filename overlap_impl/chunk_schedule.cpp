@@ -14,8 +14,22 @@ namespace bitparity {
 // ---------------------------------------------------------------------------------------------
 // LayerSchedule
 
+namespace {
+
+// A dense layer runs the same operations as an MoE layer; its all-to-alls are null nodes.
+AllToAllNode::Kind AllToAllKind(const OverlapContext* context, int64_t layer) {
+  return context->plan->layer_is_moe[layer] ? AllToAllNode::Kind::kAllToAll
+                                            : AllToAllNode::Kind::kNull;
+}
+
+}  // namespace
+
 LayerSchedule::LayerSchedule(OverlapContext* context, ChunkSchedule* chunk, int64_t layer)
-    : context_(context), chunk_(chunk), layer_(layer) {
+    : context_(context),
+      chunk_(chunk),
+      layer_(layer),
+      dispatch_("moe_dispatch", AllToAllKind(context, layer)),
+      combine_comm_("moe_combine", AllToAllKind(context, layer)) {
   const CombinedStepPlan& plan = *context->plan;
   const GptWeights& w = context->model->weights();
   moe_ = plan.layer_is_moe[layer];
@@ -53,8 +67,9 @@ at::Tensor LayerSchedule::Run(const NodeOp& op, at::Tensor grad) {
         return at::Tensor();  // the gradient travels on inside the layer, to attn backward
       }
       CombineForward();
-      // Nothing else runs while a replay's all-to-all flies: its epilogue follows at once.
-      if (op.phase == Phase::kReplay) FinishCombine(op.phase);
+      return grad;
+    case NodeKind::kCombineEpilogue:
+      FinishCombine(op.phase);
       return grad;
     case NodeKind::kMtpPostProcess:
       if (backward) return MtpPostProcessBackward(grad);
@@ -102,8 +117,14 @@ void LayerSchedule::SetForwardNoGrad(bool no_grad) {
   mtp_post_.set_forward_no_grad(no_grad && context_->plan->mtp_post_process_in_segment);
 }
 
-const std::vector<int64_t>& LayerSchedule::SendSplits() const { return routing_->send_splits; }
-const std::vector<int64_t>& LayerSchedule::RecvSplits() const { return routing_->recv_splits; }
+const std::vector<int64_t>& LayerSchedule::SendSplits() const {
+  static const std::vector<int64_t> kNone;
+  return routing_ ? routing_->send_splits : kNone;  // a dense layer's null nodes need none
+}
+const std::vector<int64_t>& LayerSchedule::RecvSplits() const {
+  static const std::vector<int64_t> kNone;
+  return routing_ ? routing_->recv_splits : kNone;
+}
 
 void LayerSchedule::AttnForward(const at::Tensor& input, Phase phase) {
   const int64_t begin = SteadyNanoseconds();
@@ -133,65 +154,58 @@ void LayerSchedule::AttnForward(const at::Tensor& input, Phase phase) {
 }
 
 void LayerSchedule::DispatchForward() {
-  if (!moe_) return;
+  // attn's outputs: the tokens and their probabilities (a dense layer: the MLP input), then the
+  // routing mask, which travels without gradient.
   const std::vector<at::Tensor>& out = attn_.outputs();
-  std::vector<at::Tensor> metadata;
-  if (out.size() > 2) metadata.push_back(out[2]);
-  dispatch_.StartForward(&context_->model->comm(), {out[0], out[1]}, metadata, SendSplits(),
-                         RecvSplits());
+  const size_t carried = std::min<size_t>(out.size(), 2);
+  dispatch_.StartForward(
+      &context_->model->comm(), std::vector<at::Tensor>(out.begin(), out.begin() + carried),
+      std::vector<at::Tensor>(out.begin() + carried, out.end()), SendSplits(), RecvSplits());
 }
 
 void LayerSchedule::MlpForward(Phase phase) {
   GptModel* model = context_->model;
-  if (!moe_) {
-    const int64_t begin = SteadyNanoseconds();
-    mlp_.Forward({attn_.outputs()[0]}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
-      return std::vector<at::Tensor>{model->LayerDenseMlp(*weights_, in[0])};
-    });
-    Record("mlp", phase, begin);
-    return;
-  }
   const bool waits = dispatch_.pending();
   std::vector<at::Tensor> received = dispatch_.FinishForward();
   if (waits) RecordComm(dispatch_, phase);
   const int64_t begin = SteadyNanoseconds();
-  at::Tensor mask = received.size() > 2 ? received[2] : at::Tensor();
-  mlp_.Forward({received[0], received[1]}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
-    DispatchPayload payload{in[0], in[1], mask};
-    return std::vector<at::Tensor>{model->LayerExperts(*weights_, payload, *routing_)};
-  });
+  if (moe_) {
+    at::Tensor mask = received.size() > 2 ? received[2] : at::Tensor();
+    mlp_.Forward({received[0], received[1]}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
+      DispatchPayload payload{in[0], in[1], mask};
+      return std::vector<at::Tensor>{model->LayerExperts(*weights_, payload, *routing_)};
+    });
+  } else {
+    mlp_.Forward({received[0]}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
+      return std::vector<at::Tensor>{model->LayerDenseMlp(*weights_, in[0])};
+    });
+  }
   Record("mlp", phase, begin);
 }
 
 void LayerSchedule::CombineForward() {
-  if (moe_) {
-    combine_comm_.StartForward(&context_->model->comm(), {mlp_.outputs()[0]}, {}, RecvSplits(),
-                               SendSplits());
-  }
+  combine_comm_.StartForward(&context_->model->comm(), {mlp_.outputs()[0]}, {}, RecvSplits(),
+                             SendSplits());
   combine_pending_ = true;
 }
 
 void LayerSchedule::FinishCombine(Phase phase) {
   if (!combine_pending_) return;
   combine_pending_ = false;
-  at::Tensor rows = mlp_.outputs()[0];
-  if (moe_) {
-    const bool waits = combine_comm_.pending();
-    rows = combine_comm_.FinishForward()[0];
-    if (waits) RecordComm(combine_comm_, phase);
-  }
+  const bool waits = combine_comm_.pending();
+  at::Tensor rows = combine_comm_.FinishForward()[0];
+  if (waits) RecordComm(combine_comm_, phase);
   const int64_t begin = SteadyNanoseconds();
   GptModel* model = context_->model;
   const ChunkState& state = chunk_->state();
   combine_.Forward({rows}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
     at::Tensor out;
-    if (moe_ && context_->stale_routing) {
+    if (routing_ && context_->stale_routing) {
       at::Tensor unpermuted = context_->stale_routing->Unpermute(layer_, in[0]);
       out = model->LayerCombine(*weights_, unpermuted.view(residual_.sizes()), residual_, nullptr,
                                 state);
     } else {
-      out =
-          model->LayerCombine(*weights_, in[0], residual_, moe_ ? routing_.get() : nullptr, state);
+      out = model->LayerCombine(*weights_, in[0], residual_, routing_.get(), state);
     }
     if (last_decoder_) out = model->FinalNorm(out);
     return std::vector<at::Tensor>{out};
@@ -208,7 +222,6 @@ void LayerSchedule::FinishCombine(Phase phase) {
 }
 
 void LayerSchedule::MtpPostProcessForward(Phase phase) {
-  FinishCombine(phase);
   const int64_t begin = SteadyNanoseconds();
   GptModel* model = context_->model;
   ChunkState& state = chunk_->state();
@@ -228,7 +241,10 @@ void LayerSchedule::MtpPostProcessForward(Phase phase) {
 }
 
 const at::Tensor& LayerSchedule::Output() {
-  FinishCombine(Phase::kForward);  // a replay finished its combine already
+  if (combine_pending_) {
+    throw std::logic_error("overlap plan: layer " + std::to_string(layer_) +
+                           "'s output is needed before its combine epilogue ran");
+  }
   return output_;
 }
 
@@ -243,37 +259,24 @@ void LayerSchedule::CombineBackward(const at::Tensor& grad) {
   const int64_t begin = SteadyNanoseconds();
   at::Tensor g = combine_.Backward({grad})[0];
   Record("moe_combine", Phase::kBackward, begin);
-  if (!moe_) {
-    mlp_input_grads_ = {g};  // the dense MLP output's gradient, for MlpBackward
-    return;
-  }
   combine_comm_.StartBackward({g});
 }
 
 void LayerSchedule::MlpBackward() {
-  std::vector<at::Tensor> g{mlp_input_grads_.empty() ? at::Tensor() : mlp_input_grads_[0]};
-  if (moe_) {
-    const bool waits = combine_comm_.pending();
-    g = combine_comm_.FinishBackward();
-    if (waits) RecordComm(combine_comm_, Phase::kBackward);
-  }
+  const bool waits = combine_comm_.pending();
+  std::vector<at::Tensor> g = combine_comm_.FinishBackward();
+  if (waits) RecordComm(combine_comm_, Phase::kBackward);
   const int64_t begin = SteadyNanoseconds();
   mlp_input_grads_ = mlp_.Backward(g);
   Record("mlp", Phase::kBackward, begin);
 }
 
-void LayerSchedule::DispatchBackward() {
-  if (!moe_) return;
-  dispatch_.StartBackward(mlp_input_grads_);
-}
+void LayerSchedule::DispatchBackward() { dispatch_.StartBackward(mlp_input_grads_); }
 
 at::Tensor LayerSchedule::AttnBackward() {
-  std::vector<at::Tensor> g = mlp_input_grads_;
-  if (moe_) {
-    const bool waits = dispatch_.pending();
-    g = dispatch_.FinishBackward();
-    if (waits) RecordComm(dispatch_, Phase::kBackward);
-  }
+  const bool waits = dispatch_.pending();
+  std::vector<at::Tensor> g = dispatch_.FinishBackward();
+  if (waits) RecordComm(dispatch_, Phase::kBackward);
   const int64_t begin = SteadyNanoseconds();
   at::Tensor input_grad = attn_.Backward(g)[0];
   Record("attn", Phase::kBackward, begin);

@@ -57,10 +57,9 @@ class LayerSchedule {
   // layer from there), and `grad` itself after a forward.
   at::Tensor Run(const NodeOp& op, at::Tensor grad);
 
-  // The layer's output (after mtp_post_process for MTP layers). The combine's all-to-all result
-  // is waited for, and its epilogue (unpermute, residual, final norm) run, when it is first
-  // needed. A recomputed layer releases its nodes as soon as its forward is done and keeps only
-  // this tensor until the chunk step ends.
+  // The layer's output (after mtp_post_process for MTP layers), once the plan's
+  // moe_combine_epilogue has run. A recomputed layer releases its nodes as soon as its forward is
+  // done and keeps only this tensor until the chunk step ends.
   const at::Tensor& Output();
 
   // Recomputed layers run their initial forward without building graphs.
@@ -83,7 +82,8 @@ class LayerSchedule {
   void DispatchForward();
   void MlpForward(Phase phase);
   void CombineForward();
-  // Waits for the combine's all-to-all and runs its epilogue; a no-op when already done.
+  // moe_combine_epilogue: waits for the combine's all-to-all and runs its epilogue (unpermute,
+  // residual, final norm).
   void FinishCombine(Phase phase);
   void MtpPostProcessForward(Phase phase);
   at::Tensor MtpPostProcessBackward(const at::Tensor& grad);
@@ -110,9 +110,9 @@ class LayerSchedule {
   const MtpWeights* mtp_weights_;
 
   ComputeNode attn_{"attn"};
-  AllToAllNode dispatch_{"moe_dispatch"};
+  AllToAllNode dispatch_;  // null in a dense layer
   ComputeNode mlp_{"mlp"};
-  AllToAllNode combine_comm_{"moe_combine"};
+  AllToAllNode combine_comm_;  // null in a dense layer
   ComputeNode combine_{"moe_combine"};
   ComputeNode mtp_post_{"mtp_post_process"};
 

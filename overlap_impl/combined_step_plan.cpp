@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "core/enum_names.h"
 
@@ -15,6 +16,7 @@ constexpr EnumName<NodeKind> kNodeNames[] = {{NodeKind::kPreProcess, "pre_proces
                                              {NodeKind::kDispatch, "moe_dispatch"},
                                              {NodeKind::kMlp, "mlp"},
                                              {NodeKind::kCombine, "moe_combine"},
+                                             {NodeKind::kCombineEpilogue, "moe_combine_epilogue"},
                                              {NodeKind::kMtpPostProcess, "mtp_post_process"},
                                              {NodeKind::kPostProcess, "post_process"},
                                              {NodeKind::kSegment, "segment"},
@@ -45,7 +47,10 @@ class PlanBuilder {
     if (bwd) Add(NodeKind::kPostProcess, Phase::kBackward, b);
     const int64_t layers = plan_.layers();
     for (int64_t i = 0; i < layers; ++i) LayerPair(fwd ? f : -1, i, bwd ? b : -1, layers - 1 - i);
-    if (fwd) Add(NodeKind::kPostProcess, Phase::kForward, f);
+    if (fwd) {
+      Epilogue();
+      Add(NodeKind::kPostProcess, Phase::kForward, f);
+    }
     if (bwd) {
       Add(NodeKind::kPreProcess, Phase::kBackward, b);
       Add(NodeKind::kChunk, Phase::kFlushGrads, b, -1, -1, Stream::kNone);
@@ -73,20 +78,28 @@ class PlanBuilder {
     if (bwd)
       Add(NodeKind::kCombine, Phase::kBackward, b, bl, -1,
           b_moe ? Stream::kComm : Stream::kCompute);
+    if (fwd) Epilogue();  // the previous layer's output, for the capture or attn
     if (f_segment && f_segment->first_layer == fl) {
       Add(NodeKind::kSegment, Phase::kCapture, f, fl, fs, Stream::kNone);
     }
     if (fwd) Add(NodeKind::kAttn, Phase::kForward, f, fl);
     // Megatron issues mlp backward, then dispatch forward, and the two streams overlap them. On
     // CPU issuing compute blocks, so the all-to-all is issued first to run under the compute.
-    if (f_moe) Add(NodeKind::kDispatch, Phase::kForward, f, fl, -1, Stream::kComm);
+    // A dense layer's moe_dispatch is a null node (Megatron's NoopScheduleNode): it moves
+    // nothing, and the plan says so with no stream.
+    if (fwd) Add(NodeKind::kDispatch, Phase::kForward, f, fl, -1, CommStream(f_moe));
     if (bwd) Add(NodeKind::kMlp, Phase::kBackward, b, bl);
-    if (b_moe) Add(NodeKind::kDispatch, Phase::kBackward, b, bl, -1, Stream::kComm);
+    if (bwd) Add(NodeKind::kDispatch, Phase::kBackward, b, bl, -1, CommStream(b_moe));
     if (fwd) Add(NodeKind::kMlp, Phase::kForward, f, fl);
-    if (fwd)
+    if (fwd) {
       Add(NodeKind::kCombine, Phase::kForward, f, fl, -1, f_moe ? Stream::kComm : Stream::kCompute);
+      pending_epilogue_ = {f, fl};
+    }
     if (bwd) Add(NodeKind::kAttn, Phase::kBackward, b, bl);
-    if (fwd && plan_.is_mtp(fl)) Add(NodeKind::kMtpPostProcess, Phase::kForward, f, fl);
+    if (fwd && plan_.is_mtp(fl)) {
+      Epilogue();
+      Add(NodeKind::kMtpPostProcess, Phase::kForward, f, fl);
+    }
     if (b_segment && b_segment->first_layer == bl) {
       Add(NodeKind::kSegment, Phase::kRelease, b, bl, bs, Stream::kNone);
     }
@@ -100,13 +113,25 @@ class PlanBuilder {
     for (int64_t l = s.first_layer; l <= s.last_layer(); ++l) {
       const bool moe = plan_.layer_is_moe[l];
       Add(NodeKind::kAttn, Phase::kReplay, b, l, segment);
-      if (moe) Add(NodeKind::kDispatch, Phase::kReplay, b, l, segment, Stream::kComm);
+      Add(NodeKind::kDispatch, Phase::kReplay, b, l, segment, CommStream(moe));
       Add(NodeKind::kMlp, Phase::kReplay, b, l, segment);
       Add(NodeKind::kCombine, Phase::kReplay, b, l, segment,
           moe ? Stream::kComm : Stream::kCompute);
+      Add(NodeKind::kCombineEpilogue, Phase::kReplay, b, l, segment);
       if (plan_.is_mtp(l)) Add(NodeKind::kMtpPostProcess, Phase::kReplay, b, l, segment);
     }
     Add(NodeKind::kSegment, Phase::kReplayDone, b, s.last_layer(), segment, Stream::kNone);
+  }
+
+  static Stream CommStream(bool moe) { return moe ? Stream::kComm : Stream::kNone; }
+
+  // The epilogue of the forward microbatch's last combine, right before the first operation
+  // that needs the layer's output: its all-to-all stays in flight as long as it can.
+  void Epilogue() {
+    if (pending_epilogue_.first < 0) return;
+    Add(NodeKind::kCombineEpilogue, Phase::kForward, pending_epilogue_.first,
+        pending_epilogue_.second);
+    pending_epilogue_ = {-1, -1};
   }
 
   void Add(NodeKind node, Phase phase, int64_t microbatch, int64_t layer = -1, int64_t segment = -1,
@@ -115,6 +140,7 @@ class PlanBuilder {
   }
 
   CombinedStepPlan& plan_;
+  std::pair<int64_t, int64_t> pending_epilogue_{-1, -1};  // (microbatch, layer)
 };
 
 }  // namespace
@@ -159,14 +185,14 @@ std::string FormatPlan(const CombinedStepPlan& plan) {
   for (const std::string& w : plan.recompute.warnings) out << "warning: " << w << "\n";
   out << "operations: " << plan.ops.size() << "\n";
   char line[160];
-  std::snprintf(line, sizeof(line), "%5s  %3s  %-5s  %-16s  %-19s  %-7s\n", "#", "mb", "layer",
+  std::snprintf(line, sizeof(line), "%5s  %3s  %-5s  %-20s  %-19s  %-7s\n", "#", "mb", "layer",
                 "node", "phase", "stream");
   out << line;
   for (size_t i = 0; i < plan.ops.size(); ++i) {
     const NodeOp& op = plan.ops[i];
     std::string node = ToString(op.node);
     if (op.node == NodeKind::kSegment) node += "[" + std::to_string(op.segment) + "]";
-    std::snprintf(line, sizeof(line), "%5zu  %3lld  %-5s  %-16s  %-19s  %-7s\n", i,
+    std::snprintf(line, sizeof(line), "%5zu  %3lld  %-5s  %-20s  %-19s  %-7s\n", i,
                   static_cast<long long>(op.microbatch), LayerName(plan, op.layer).c_str(),
                   node.c_str(), ToString(op.phase), ToString(op.stream));
     out << line;

@@ -42,6 +42,7 @@ enum class NodeKind {
   kDispatch,
   kMlp,
   kCombine,
+  kCombineEpilogue,  // the combine's compute: wait for its all-to-all, unpermute, residual
   kMtpPostProcess,
   kPostProcess,
   kSegment,  // a recompute segment: capture, replay, release

@@ -38,7 +38,7 @@ TEST(OverlapArm, PlanPrintsSegmentsAndEveryNodeOperation) {
   ASSERT_EQ(table.exit_code, 0) << table.output;
   EXPECT_NE(table.output.find("recompute segments: 0=[0] 1=[1] 2=[2] 3=[mtp0]"), std::string::npos)
       << table.output;
-  EXPECT_NE(table.output.find("segment[3]        replay"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("segment[3]            replay"), std::string::npos) << table.output;
 
   testing::CommandResult json =
       testing::RunBitparity({"plan", recipe, "--arm", "overlap", "--json"});
@@ -55,9 +55,9 @@ TEST(OverlapArm, PlanPrintsSegmentsAndEveryNodeOperation) {
     replay_comm += op["stream"] == "comm" && replay;
   }
   EXPECT_EQ(replays, 4 * 4);  // every segment of every microbatch, once
-  // Per microbatch: the dense layer's attn, mlp and combine; two MoE decoder layers' attn,
-  // dispatch, mlp and combine; the MTP layer's four and its post-process.
-  EXPECT_EQ(replayed_nodes, 4 * (3 + 2 * 4 + 5));
+  // Per microbatch: every layer's attn, moe_dispatch (a null node in the dense layer), mlp,
+  // moe_combine and its epilogue; the MTP layer's post-process as well.
+  EXPECT_EQ(replayed_nodes, 4 * (3 * 5 + 6));
   // Per microbatch: 3 MoE layers (2 decoder + MTP) x (dispatch + combine) x (forward + backward),
   // and the same all-to-alls once more in the replays.
   EXPECT_EQ(comm, 4 * 3 * 4);

@@ -75,11 +75,13 @@ TEST(CombinedStepPlan, CombinedStepFollowsMegatronsPerLayerIssueOrder) {
       // forward layer 0 of mb 1 with backward layer 2 (MTP) of mb 0
       "B0 segment[2] replay",  // step 1: the tail's segment replays first, its A2As exposed
       "B0 attn 2 replay", "B0 moe_dispatch 2 replay comm", "B0 mlp 2 replay",
-      "B0 moe_combine 2 replay comm", "B0 mtp_post_process 2 replay", "B0 segment[2] replay_done",
+      "B0 moe_combine 2 replay comm", "B0 moe_combine_epilogue 2 replay",
+      "B0 mtp_post_process 2 replay", "B0 segment[2] replay_done",
       "B0 mtp_post_process 2",   // step 2
       "B0 moe_combine 2 comm",   // step 5   | under
       "F1 segment[0] capture",   // step 6
       "F1 attn 0",               //          | attn forward of the other microbatch
+      "F1 moe_dispatch 0",       // step 8 (dense: a null node, no stream)
       "B0 mlp 2",                // step 7 (issued after step 8 in Megatron's CPU order)
       "B0 moe_dispatch 2 comm",  // step 9   | under
       "F1 mlp 0",                // step 11  | mlp forward
@@ -88,8 +90,10 @@ TEST(CombinedStepPlan, CombinedStepFollowsMegatronsPerLayerIssueOrder) {
       "B0 segment[2] release",   // step 17
       // forward layer 1 with backward layer 1
       "B0 segment[1] replay", "B0 attn 1 replay", "B0 moe_dispatch 1 replay comm",
-      "B0 mlp 1 replay", "B0 moe_combine 1 replay comm", "B0 segment[1] replay_done",
-      "B0 moe_combine 1 comm",  //          | under
+      "B0 mlp 1 replay", "B0 moe_combine 1 replay comm", "B0 moe_combine_epilogue 1 replay",
+      "B0 segment[1] replay_done",
+      "B0 moe_combine 1 comm",      //          | under
+      "F1 moe_combine_epilogue 0",  // layer 0's output, right before its first consumer
       "F1 segment[1] capture",
       "F1 attn 1",               //          | attn forward
       "F1 moe_dispatch 1 comm",  // step 8   | under
@@ -100,11 +104,13 @@ TEST(CombinedStepPlan, CombinedStepFollowsMegatronsPerLayerIssueOrder) {
       "B0 attn 1",               //          | attn backward
       "B0 segment[1] release",
       // forward layer 2 (MTP) with backward layer 0
-      "B0 segment[0] replay", "B0 attn 0 replay", "B0 mlp 0 replay", "B0 moe_combine 0 replay",
-      "B0 segment[0] replay_done",
+      "B0 segment[0] replay", "B0 attn 0 replay", "B0 moe_dispatch 0 replay", "B0 mlp 0 replay",
+      "B0 moe_combine 0 replay", "B0 moe_combine_epilogue 0 replay", "B0 segment[0] replay_done",
       "B0 moe_combine 0",  // dense: compute
-      "F1 segment[2] capture", "F1 attn 2", "F1 moe_dispatch 2 comm", "B0 mlp 0", "F1 mlp 2",
-      "F1 moe_combine 2 comm", "B0 attn 0",
+      "F1 moe_combine_epilogue 1", "F1 segment[2] capture", "F1 attn 2", "F1 moe_dispatch 2 comm",
+      "B0 mlp 0",
+      "B0 moe_dispatch 0",  // dense: a null node
+      "F1 mlp 2", "F1 moe_combine 2 comm", "B0 attn 0", "F1 moe_combine_epilogue 2",
       "F1 mtp_post_process 2",  // step 15
       "B0 segment[0] release",
       // the chunk's end

@@ -16,6 +16,7 @@
 #include "core/errors.h"
 #include "core/recipe.h"
 #include "core/recipe_edit.h"
+#include "core/toml_reader.h"
 #include "harness/report.h"
 #include "harness/run_command.h"
 
@@ -104,63 +105,55 @@ Matrix LoadMatrix(const std::string& path) {
     throw InputError(path + ":" + std::to_string(e.source().begin.line) +
                      ": not valid TOML: " + std::string(e.description()));
   }
-  const toml::table* matrix = root["matrix"].as_table();
-  if (!matrix) throw InputError(path + ": has no [matrix] table");
+  Diagnostics diag(path);
   for (const auto& [key, node] : root) {
     if (key.str() != "matrix") {
-      throw InputError(path + ": has unknown key '" + std::string(key.str()) +
-                       "' (a matrix file holds only [matrix]; the recipe goes in its base)");
+      diag.Add("", "has unknown key '" + std::string(key.str()) + "'" + LineSuffix(node) +
+                       " (a matrix file holds only [matrix]; the recipe goes in its base)");
     }
   }
+  TableReader top(&root, "", &diag);
+  const toml::table* matrix_table = top.SubTable("matrix");
+  if (!matrix_table) {
+    diag.Add("", "has no [matrix] table");
+    diag.ThrowIfAny();
+  }
+  TableReader matrix(matrix_table, "[matrix]", &diag);
   Matrix m;
   m.path = path;
-  m.name = matrix->get_as<std::string>("name") ? **matrix->get_as<std::string>("name")
-                                               : fs::path(path).stem().string();
-  const auto* base = matrix->get_as<std::string>("base");
-  if (!base) throw InputError(path + ": [matrix] base must name a recipe file");
-  m.base_path = (fs::path(path).parent_path() / base->get()).string();
-  for (const auto& [key, node] : *matrix) {
-    const std::string k(key.str());
-    if (k != "name" && k != "base" && k != "axes" && k != "filters" && k != "description") {
-      throw InputError(path + ": [matrix] has unknown key '" + k +
-                       "'; known keys: name, description, base, axes, filters");
+  m.name = matrix.String("name", fs::path(path).stem().string());
+  matrix.String("description", "");
+  const std::string base = matrix.String("base", "");
+  if (base.empty()) diag.Add("[matrix]", "base must name a recipe file");
+  m.base_path = (fs::path(path).parent_path() / base).string();
+  const toml::table* axes_table = matrix.SubTable("axes");
+  const toml::table* filters_table = matrix.SubTable("filters");
+  matrix.RejectUnknown();
+  std::map<std::string, std::vector<std::string>> axis_values;
+  {
+    TableReader axes(axes_table, "[matrix.axes]", &diag);
+    for (const std::string& axis : kKnownAxes) {
+      std::vector<std::string> values = ScalarList(axes, axis);
+      if (!values.empty()) axis_values[axis] = std::move(values);
+    }
+    axes.RejectUnknown();
+    if (axis_values.empty()) diag.Add("[matrix.axes]", "must list at least one axis");
+  }
+  {
+    TableReader filters(filters_table, "[matrix.filters]", &diag);
+    if (filters_table) {
+      for (const auto& [key, node] : *filters_table) {
+        const std::string name(key.str());
+        m.filters[name] = filters.String(name, "");
+      }
     }
   }
-  const toml::table* axes = (*matrix)["axes"].as_table();
-  if (!axes || axes->empty())
-    throw InputError(path + ": [matrix.axes] must list at least one axis");
+  diag.ThrowIfAny();
+  // The axes in the table's (name) order.
   std::vector<std::vector<std::string>> values;
-  for (const auto& [key, node] : *axes) {
-    const std::string axis(key.str());
-    if (std::find(kKnownAxes.begin(), kKnownAxes.end(), axis) == kKnownAxes.end()) {
-      throw InputError(path + ": [matrix.axes] has unknown axis '" + axis +
-                       "'; known axes: precision, recompute, mtp_layers, dispatcher");
-    }
-    const toml::array* list = node.as_array();
-    if (!list || list->empty()) {
-      throw InputError(path + ": [matrix.axes] " + axis + " must be a non-empty array");
-    }
-    std::vector<std::string> axis_values;
-    for (const toml::node& v : *list) {
-      if (v.is_string()) {
-        axis_values.push_back(v.as_string()->get());
-      } else if (v.is_integer()) {
-        axis_values.push_back(std::to_string(v.as_integer()->get()));
-      } else {
-        throw InputError(path + ": [matrix.axes] " + axis + " values must be strings or integers");
-      }
-    }
+  for (const auto& [axis, list] : axis_values) {
     m.axes.push_back(axis);
-    values.push_back(axis_values);
-  }
-  if (const toml::table* filters = (*matrix)["filters"].as_table()) {
-    for (const auto& [key, node] : *filters) {
-      if (!node.is_string()) {
-        throw InputError(path + ": [matrix.filters] " + std::string(key.str()) +
-                         " must be a string");
-      }
-      m.filters[std::string(key.str())] = node.as_string()->get();
-    }
+    values.push_back(list);
   }
   // The base is a full recipe in its own right; each cell overrides the axes' keys.
   const std::string base_text = LoadRecipe(m.base_path).text;

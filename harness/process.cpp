@@ -115,29 +115,28 @@ ChildProcess ChildProcess::Start(const ProcessOptions& options) {
   return child;
 }
 
-bool ChildProcess::Poll() {
+// waitpid(pid, flags) retried on EINTR; records the status once the child has exited.
+bool ChildProcess::Reap(int flags) {
   if (finished_) return true;
   int status = 0;
   pid_t r;
   do {
-    r = ::waitpid(pid_, &status, WNOHANG);
+    r = ::waitpid(pid_, &status, flags);
   } while (r < 0 && errno == EINTR);
   if (r == pid_) {
     finished_ = true;
     status_ = status;
+  } else if (r < 0 && flags == 0) {
+    finished_ = true;  // not our child any more (reaped elsewhere): nothing left to wait for
+    status_ = 0;
   }
   return finished_;
 }
 
+bool ChildProcess::Poll() { return Reap(WNOHANG); }
+
 int ChildProcess::Wait() {
-  if (finished_) return status_;
-  int status = 0;
-  pid_t r;
-  do {
-    r = ::waitpid(pid_, &status, 0);
-  } while (r < 0 && errno == EINTR);
-  finished_ = true;
-  status_ = r == pid_ ? status : 0;
+  Reap(0);
   return status_;
 }
 

@@ -41,6 +41,8 @@ class ChildProcess {
   int exit_code() const;
 
  private:
+  bool Reap(int waitpid_flags);
+
   pid_t pid_ = -1;
   bool finished_ = false;
   int status_ = 0;

@@ -94,6 +94,20 @@ void LayerSchedule::Record(const char* node, Phase phase, int64_t begin_ns) {
   context_->timeline->push_back(e);
 }
 
+std::vector<at::Tensor> LayerSchedule::Received(AllToAllNode& node, Phase phase) {
+  const bool waits = node.pending();
+  std::vector<at::Tensor> received = node.FinishForward();
+  if (waits) RecordComm(node, phase);
+  return received;
+}
+
+std::vector<at::Tensor> LayerSchedule::ReturnedGrads(AllToAllNode& node) {
+  const bool waits = node.pending();
+  std::vector<at::Tensor> grads = node.FinishBackward();
+  if (waits) RecordComm(node, Phase::kBackward);
+  return grads;
+}
+
 void LayerSchedule::RecordComm(const AllToAllNode& node, Phase phase) {
   if (!context_->timeline) return;
   const AllToAllNode::Timing& t = node.last_timing();
@@ -165,9 +179,7 @@ void LayerSchedule::DispatchForward() {
 
 void LayerSchedule::MlpForward(Phase phase) {
   GptModel* model = context_->model;
-  const bool waits = dispatch_.pending();
-  std::vector<at::Tensor> received = dispatch_.FinishForward();
-  if (waits) RecordComm(dispatch_, phase);
+  std::vector<at::Tensor> received = Received(dispatch_, phase);
   const int64_t begin = SteadyNanoseconds();
   if (moe_) {
     at::Tensor mask = received.size() > 2 ? received[2] : at::Tensor();
@@ -192,9 +204,7 @@ void LayerSchedule::CombineForward() {
 void LayerSchedule::FinishCombine(Phase phase) {
   if (!combine_pending_) return;
   combine_pending_ = false;
-  const bool waits = combine_comm_.pending();
-  at::Tensor rows = combine_comm_.FinishForward()[0];
-  if (waits) RecordComm(combine_comm_, phase);
+  at::Tensor rows = Received(combine_comm_, phase)[0];
   const int64_t begin = SteadyNanoseconds();
   GptModel* model = context_->model;
   const ChunkState& state = chunk_->state();
@@ -263,9 +273,7 @@ void LayerSchedule::CombineBackward(const at::Tensor& grad) {
 }
 
 void LayerSchedule::MlpBackward() {
-  const bool waits = combine_comm_.pending();
-  std::vector<at::Tensor> g = combine_comm_.FinishBackward();
-  if (waits) RecordComm(combine_comm_, Phase::kBackward);
+  std::vector<at::Tensor> g = ReturnedGrads(combine_comm_);
   const int64_t begin = SteadyNanoseconds();
   mlp_input_grads_ = mlp_.Backward(g);
   Record("mlp", Phase::kBackward, begin);
@@ -274,9 +282,7 @@ void LayerSchedule::MlpBackward() {
 void LayerSchedule::DispatchBackward() { dispatch_.StartBackward(mlp_input_grads_); }
 
 at::Tensor LayerSchedule::AttnBackward() {
-  const bool waits = dispatch_.pending();
-  std::vector<at::Tensor> g = dispatch_.FinishBackward();
-  if (waits) RecordComm(dispatch_, Phase::kBackward);
+  std::vector<at::Tensor> g = ReturnedGrads(dispatch_);
   const int64_t begin = SteadyNanoseconds();
   at::Tensor input_grad = attn_.Backward(g)[0];
   Record("attn", Phase::kBackward, begin);

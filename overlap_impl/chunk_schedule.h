@@ -97,6 +97,10 @@ class LayerSchedule {
   // Timeline events (when the engine records a timeline).
   void Record(const char* node, Phase phase, int64_t begin_ns);
   void RecordComm(const AllToAllNode& node, Phase phase);
+  // The all-to-all's result (forward) or returned gradients (backward), waited for here; the
+  // wait is a timeline event when it was still in flight.
+  std::vector<at::Tensor> Received(AllToAllNode& node, Phase phase);
+  std::vector<at::Tensor> ReturnedGrads(AllToAllNode& node);
 
   OverlapContext* context_;
   ChunkSchedule* chunk_;

@@ -126,12 +126,12 @@ InjectedBugs ParseInjectedBugs(const std::string& text) {
   while (std::getline(in, name, ',')) {
     if (name.empty()) continue;
     bool known = false;
-    std::string names;
     for (const Switch& s : switches) {
-      names += (names.empty() ? "" : ", ") + std::string(s.name);
       if (name == s.name) *s.flag = known = true;
     }
     if (!known) {
+      std::string names;
+      for (const Switch& s : switches) names += (names.empty() ? "" : ", ") + std::string(s.name);
       throw InputError(std::string(kInjectBugVariable) + ": unknown bug '" + name +
                        "' (known: " + names + ")");
     }

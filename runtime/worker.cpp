@@ -84,7 +84,7 @@ int Run(const WorkerRequest& request) {
   // The memory model's prediction for this arm, from probes of this rank's model (collective).
   {
     MemoryProbe probe = ProbeMemory(trainer.model(), trainer.MakeMicrobatches(1).front());
-    const ModelConfig model = recipe.model_of(arm);
+    const ModelConfig& model = trainer.model().config();  // the arm's, resolved once
     MemoryPrediction prediction = PredictPeak(probe, arm, model, recipe.microbatches_per_rank(),
                                               MemoryTracker::current_bytes());
     model_attributes[trace_keys::kMemoryModelPredictedPeakBytes] =

@@ -13,6 +13,7 @@
 #include "core/provenance.h"
 #include "core/rank_protocol.h"
 #include "core/recipe.h"
+#include "core/recipe_schema.h"
 #include "core/recompute_plan.h"
 #include "core/trace.h"
 #include "core/trace_keys.h"
@@ -316,9 +317,15 @@ int RunCli(int argc, char** argv) {
   matrix->footer(kExitCodesHelp);
 
   std::string validate_recipe;
+  bool validate_keys = false, validate_keys_summary = false;
   CLI::App* validate = app.add_subcommand(
       "validate", "Check a recipe and print its arms and recompute segments (no training)");
-  validate->add_option("RECIPE", validate_recipe, "Recipe file (.toml)")->required();
+  validate->add_option("RECIPE", validate_recipe, "Recipe file (.toml)");
+  validate->add_flag("--keys", validate_keys,
+                     "Print every recipe key with its type, default and meaning (Markdown; "
+                     "docs/recipe-keys.md is this output) instead of checking a recipe");
+  validate->add_flag("--keys-summary", validate_keys_summary,
+                     "Print one row per recipe table with its keys (the README's table)");
 
   ArmOptions arm_options;
   CLI::App* arm = app.add_subcommand(
@@ -382,7 +389,16 @@ int RunCli(int argc, char** argv) {
   return RunMappingErrors(
       [&] {
         if (*info) return Info();
-        if (*validate) return Validate(validate_recipe);
+        if (*validate) {
+          if (validate_keys || validate_keys_summary) {
+            std::cout << (validate_keys ? RecipeKeysMarkdown() : RecipeKeysSummaryMarkdown());
+            return static_cast<int>(kExitPass);
+          }
+          if (validate_recipe.empty()) {
+            throw InputError("validate: RECIPE is required (or --keys for the key reference)");
+          }
+          return Validate(validate_recipe);
+        }
         if (*matrix) {
           matrix_options.command_line = JoinArgs(argc, argv);
           return RunMatrix(matrix_options, std::cout);

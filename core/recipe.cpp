@@ -13,38 +13,10 @@
 
 #include "core/enum_names.h"
 #include "core/errors.h"
+#include "core/recipe_schema.h"
 #include "core/toml_reader.h"
 
 namespace bitparity {
-
-namespace {
-
-constexpr EnumName<EngineKind> kEngineNames[] = {{EngineKind::kReference, "reference"},
-                                                 {EngineKind::kOverlap, "overlap"}};
-constexpr EnumName<Dispatcher> kDispatcherNames[] = {{Dispatcher::kAllToAll, "alltoall"},
-                                                     {Dispatcher::kFlex, "flex"}};
-constexpr EnumName<PrecisionRecipe> kPrecisionNames[] = {{PrecisionRecipe::kFp32, "fp32"},
-                                                         {PrecisionRecipe::kBf16, "bf16"},
-                                                         {PrecisionRecipe::kBlockwise, "blockwise"},
-                                                         {PrecisionRecipe::kMxfp8, "mxfp8"}};
-constexpr EnumName<Fp8Scaling> kFp8ScalingNames[] = {{Fp8Scaling::kCurrent, "current"},
-                                                     {Fp8Scaling::kDelayed, "delayed"}};
-constexpr EnumName<Fp8Backend> kFp8BackendNames[] = {{Fp8Backend::kEmulated, "emulated"},
-                                                     {Fp8Backend::kNative, "native"}};
-constexpr EnumName<DeviceKind> kDeviceNames[] = {{DeviceKind::kCpu, "cpu"},
-                                                 {DeviceKind::kCuda, "cuda"}};
-constexpr EnumName<RecomputeGranularity> kGranularityNames[] = {
-    {RecomputeGranularity::kNone, "none"}, {RecomputeGranularity::kFull, "full"}};
-constexpr EnumName<RecomputeMethod> kMethodNames[] = {{RecomputeMethod::kUniform, "uniform"},
-                                                      {RecomputeMethod::kBlock, "block"}};
-constexpr EnumName<RecomputeUnit> kUnitNames[] = {{RecomputeUnit::kSegment, "segment"},
-                                                  {RecomputeUnit::kChunk, "chunk"}};
-constexpr EnumName<LrSchedule> kLrScheduleNames[] = {{LrSchedule::kConstant, "constant"},
-                                                     {LrSchedule::kCosine, "cosine"}};
-// The only optimizer; the key exists so that a recipe can say so.
-constexpr EnumName<int> kOptimizerNames[] = {{0, "adam"}};
-
-}  // namespace
 
 const char* ToString(EngineKind engine) { return NameIn(kEngineNames, engine); }
 const char* ToString(Dispatcher dispatcher) { return NameIn(kDispatcherNames, dispatcher); }
@@ -97,72 +69,6 @@ std::vector<std::string> Recipe::arm_names() const {
 }
 
 namespace {
-
-constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
-constexpr double kMaxDouble = std::numeric_limits<double>::max();
-
-void ReadPrecision(TableReader& r, PrecisionConfig* precision) {
-  precision->recipe = r.Enum("recipe", precision->recipe, kPrecisionNames);
-  precision->fp8_scaling = r.Enum("fp8_scaling", precision->fp8_scaling, kFp8ScalingNames);
-  precision->fp8_backend = r.Enum("fp8_backend", precision->fp8_backend, kFp8BackendNames);
-  r.RejectUnknown();
-}
-
-void ReadRecompute(TableReader& r, RecomputeConfig* recompute) {
-  recompute->granularity = r.Enum("granularity", recompute->granularity, kGranularityNames);
-  recompute->method = r.Enum("method", recompute->method, kMethodNames, &recompute->method_set);
-  recompute->num_layers = r.Int("num_layers", recompute->num_layers, 1, 1 << 20);
-  recompute->unit = r.Enum("unit", recompute->unit, kUnitNames);
-  r.RejectUnknown();
-}
-
-void ReadModel(TableReader& r, ModelConfig* m) {
-  m->hidden = r.Int("hidden", m->hidden, 2, 1 << 16);
-  m->heads = r.Int("heads", m->heads, 1, 1 << 10);
-  m->layers = r.Int("layers", m->layers, 1, 1024);
-  m->first_k_dense = r.Int("first_k_dense", m->first_k_dense, 0, 1024);
-  m->experts = r.Int("experts", m->experts, 1, 4096);
-  m->topk = r.Int("topk", m->topk, 1, 4096);
-  m->moe_ffn = r.Int("moe_ffn", m->moe_ffn, 1, 1 << 18);
-  m->ffn = r.Int("ffn", m->ffn, 1, 1 << 18);
-  m->vocab = r.Int("vocab", m->vocab, 2, 1 << 22);
-  m->seq_len = r.Int("seq_len", m->seq_len, 2, 1 << 20);
-  m->mtp_layers = r.Int("mtp_layers", m->mtp_layers, 0, 16);
-  m->mtp_loss_scale = r.Float("mtp_loss_scale", m->mtp_loss_scale, 0.0, kMaxDouble);
-  m->aux_loss_coeff = r.Float("aux_loss_coeff", m->aux_loss_coeff, 0.0, kMaxDouble);
-  m->norm_eps = r.Float("norm_eps", m->norm_eps, 0.0, 1.0, /*min_exclusive=*/true);
-  m->rope_theta = r.Float("rope_theta", m->rope_theta, 1.0, kMaxDouble);
-  m->init_std = r.Float("init_std", m->init_std, 0.0, 10.0, /*min_exclusive=*/true);
-  m->dropout = r.Float("dropout", m->dropout, 0.0, 0.99);
-  m->dispatcher = r.Enum("dispatcher", m->dispatcher, kDispatcherNames);
-  r.RejectUnknown();
-}
-
-void ReadParallel(TableReader& r, ParallelConfig* p) {
-  p->device = r.Enum("device", p->device, kDeviceNames);
-  p->ep = r.Int("ep", p->ep, 1, 256);
-  p->threads = r.Int("threads", p->threads, 1, 256);
-  p->timeout_seconds = r.Float("timeout_s", p->timeout_seconds, 1.0, 7 * 24 * 3600.0);
-  r.RejectUnknown();
-}
-
-void ReadTrain(TableReader& r, TrainConfig* t) {
-  t->micro_batch = r.Int("micro_batch", t->micro_batch, 1, 1 << 20);
-  t->global_batch = r.Int("global_batch", t->global_batch, 1, 1 << 24);
-  t->iterations = r.Int("iterations", t->iterations, 1, 10000000);
-  t->seed = static_cast<uint64_t>(r.Int("seed", static_cast<int64_t>(t->seed), 0, kMaxInt));
-  r.Enum("optimizer", 0, kOptimizerNames);
-  t->lr = r.Float("lr", t->lr, 0.0, 1e3, /*min_exclusive=*/true);
-  t->min_lr = r.Float("min_lr", t->min_lr, 0.0, 1e3);
-  t->warmup_iterations = r.Int("warmup_iterations", t->warmup_iterations, 0, kMaxInt);
-  t->lr_schedule = r.Enum("lr_schedule", t->lr_schedule, kLrScheduleNames);
-  t->adam_beta1 = r.Float("adam_beta1", t->adam_beta1, 0.0, 0.999999);
-  t->adam_beta2 = r.Float("adam_beta2", t->adam_beta2, 0.0, 0.999999);
-  t->adam_eps = r.Float("adam_eps", t->adam_eps, 0.0, 1.0, /*min_exclusive=*/true);
-  t->weight_decay = r.Float("weight_decay", t->weight_decay, 0.0, 10.0);
-  t->clip_grad = r.Float("clip_grad", t->clip_grad, 0.0, kMaxDouble);
-  r.RejectUnknown();
-}
 
 // Rules that depend on several keys, checked on every arm's resolved settings.
 void ValidateShapes(const Recipe& recipe, Diagnostics* diag) {
@@ -290,71 +196,6 @@ void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) 
   }
 }
 
-// "bitwise", or a table { atol = ..., rtol = ... } or { ulps = N }.
-Tolerance ReadTolerance(TableReader& r, const std::string& key, Diagnostics* diag) {
-  Tolerance t;
-  if (!r.Has(key)) return t;
-  const std::string where = r.where().substr(0, r.where().size() - 1) + "." + key + "]";
-  if (const toml::table* table = r.SubTableOrNull(key)) {
-    TableReader sub(table, where, diag);
-    const bool has_ulps = sub.Has("ulps");
-    if (has_ulps && (sub.Has("atol") || sub.Has("rtol"))) {
-      sub.Error("ulps", "cannot be combined with atol / rtol");
-    }
-    if (has_ulps) {
-      t.kind = Tolerance::Kind::kUlps;
-      t.ulps = sub.Int("ulps", 0, 0, int64_t{1} << 40);
-    } else {
-      t.kind = Tolerance::Kind::kAbsRel;
-      t.atol = sub.Float("atol", 0.0, 0.0, kMaxDouble);
-      t.rtol = sub.Float("rtol", 0.0, 0.0, kMaxDouble);
-    }
-    sub.RejectUnknown();
-    return t;
-  }
-  std::string word = r.String(key, "bitwise");
-  if (word != "bitwise") {
-    r.Error(key, "must be \"bitwise\" or a table { atol = A, rtol = R } or { ulps = N }, got \"" +
-                     word + "\"");
-  }
-  return t;
-}
-
-void ReadCompare(TableReader& r, Recipe* recipe, Diagnostics* diag) {
-  ComparePolicy& c = recipe->compare;
-  c.baseline = r.String("baseline", "");
-  c.loss = ReadTolerance(r, "loss", diag);
-  c.gradients = ReadTolerance(r, "gradients", diag);
-  c.params = ReadTolerance(r, "params", diag);
-  c.memory_model = r.Float("memory_model", 0.0, 0.0, 10.0);
-  if (r.Has("memory")) {
-    const toml::node* node = r.Node("memory");
-    const toml::array* bounds = node ? node->as_array() : nullptr;
-    if (!bounds) {
-      r.Error("memory", "must be an array of tables ([[compare.memory]])");
-    } else {
-      for (size_t i = 0; i < bounds->size(); ++i) {
-        const toml::table* table = (*bounds)[i].as_table();
-        const std::string where = "[[compare.memory]] #" + std::to_string(i + 1);
-        if (!table) {
-          diag->Add(where, "must be a table");
-          continue;
-        }
-        TableReader b(table, where, diag);
-        MemoryBound bound;
-        if (!b.Has("arm")) b.Error("arm", "must be set");
-        bound.arm = b.String("arm", "");
-        bound.of = b.String("of", "");
-        if (!b.Has("at_most")) b.Error("at_most", "must be set (a ratio, e.g. 1.02)");
-        bound.at_most = b.Float("at_most", 1.0, 0.0, kMaxDouble, /*min_exclusive=*/true);
-        b.RejectUnknown();
-        c.memory.push_back(bound);
-      }
-    }
-  }
-  r.RejectUnknown();
-}
-
 ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recipe& base,
                   Diagnostics* diag) {
   ArmConfig arm;
@@ -364,22 +205,8 @@ ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recip
   arm.dispatcher = base.model.dispatcher;
   arm.recompute_table = "[recompute] (arm '" + name + "')";
   arm.precision_table = "[precision] (arm '" + name + "')";
-  const std::string where = "[arms." + name + "]";
-  TableReader r(table, where, diag);
-  if (!r.Has("engine")) r.Error("engine", "must be set (\"reference\" or \"overlap\")");
-  arm.engine = r.Enum("engine", EngineKind::kReference, kEngineNames);
-  arm.dispatcher = r.Enum("dispatcher", arm.dispatcher, kDispatcherNames);
-  if (const toml::table* t = r.SubTable("recompute")) {
-    arm.recompute_table = where.substr(0, where.size() - 1) + ".recompute]";
-    TableReader sub(t, arm.recompute_table, diag);
-    ReadRecompute(sub, &arm.recompute);
-  }
-  if (const toml::table* t = r.SubTable("precision")) {
-    arm.precision_table = where.substr(0, where.size() - 1) + ".precision]";
-    TableReader sub(t, arm.precision_table, diag);
-    ReadPrecision(sub, &arm.precision);
-  }
-  r.RejectUnknown();
+  TableReader r(table, "[arms." + name + "]", diag);
+  ArmKeys().ReadAll(r, &arm);
   return arm;
 }
 
@@ -408,42 +235,19 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
   recipe.path = path;
   recipe.text = text;
   TableReader top(&root, "", &diag);
-  recipe.name = top.String("name", std::filesystem::path(path).stem().string());
-  top.String("description", "");
-  {
-    TableReader r(top.SubTable("model"), "[model]", &diag);
-    ReadModel(r, &recipe.model);
-  }
-  {
-    TableReader r(top.SubTable("parallel"), "[parallel]", &diag);
-    ReadParallel(r, &recipe.parallel);
-  }
-  {
-    TableReader r(top.SubTable("data"), "[data]", &diag);
-    recipe.data.branching = r.Int("branching", recipe.data.branching, 1, 1 << 16);
-    r.RejectUnknown();
-  }
-  {
-    TableReader r(top.SubTable("train"), "[train]", &diag);
-    ReadTrain(r, &recipe.train);
-  }
-  {
-    TableReader r(top.SubTable("precision"), "[precision]", &diag);
-    ReadPrecision(r, &recipe.precision);
-  }
-  {
-    TableReader r(top.SubTable("recompute"), "[recompute]", &diag);
-    ReadRecompute(r, &recipe.recompute);
-  }
-  {
-    TableReader r(top.SubTable("trace"), "[trace]", &diag);
-    recipe.trace.dump_grads_at = r.IntList("dump_grads_at", 1, kMaxInt);
-    std::sort(recipe.trace.dump_grads_at.begin(), recipe.trace.dump_grads_at.end());
-    recipe.trace.dump_grads_at.erase(
-        std::unique(recipe.trace.dump_grads_at.begin(), recipe.trace.dump_grads_at.end()),
-        recipe.trace.dump_grads_at.end());
-    r.RejectUnknown();
-  }
+  TopLevelKeys().ReadKeys(top, &recipe);
+  // Reads the table `key` of the file (absent: every default) with the keys of `keys`.
+  auto read_table = [&](const char* key, const auto& keys, auto* config) {
+    TableReader r(top.SubTable(key), keys.table(), &diag);
+    keys.ReadAll(r, config);
+  };
+  read_table("model", ModelKeys(), &recipe.model);
+  read_table("parallel", ParallelKeys(), &recipe.parallel);
+  read_table("data", DataKeys(), &recipe.data);
+  read_table("train", TrainKeys(), &recipe.train);
+  read_table("precision", PrecisionKeys(), &recipe.precision);
+  read_table("recompute", RecomputeKeys(), &recipe.recompute);
+  read_table("trace", TraceKeys(), &recipe.trace);
   if (const toml::table* arms = top.SubTable("arms")) {
     for (const auto& [key, node] : *arms) {
       std::string name(key.str());
@@ -459,10 +263,7 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
       recipe.arms.push_back(ReadArm(name, node.as_table(), recipe, &diag));
     }
   }
-  {
-    TableReader r(top.SubTable("compare"), "[compare]", &diag);
-    ReadCompare(r, &recipe, &diag);
-  }
+  read_table("compare", CompareKeys(), &recipe.compare);
   top.RejectUnknown();
   if (recipe.arms.empty()) {
     diag.Add("[arms]",

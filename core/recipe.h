@@ -5,6 +5,8 @@
 // training run, precision, recompute, what the trace dumps, and the arms (engines) to run.
 // Loading validates everything before any work starts; every problem is reported with the file,
 // table and key, and the whole set of problems raises one InputError (exit code 2).
+// Each member's recipe key, range and meaning are in the key tables of core/recipe_schema.cpp;
+// the member initializers below are the defaults.
 
 #include <cstdint>
 #include <string>

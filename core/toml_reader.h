@@ -224,6 +224,8 @@ class TableReader {
     diag_->Add(where_, key + " " + message);
   }
   const std::string& where() const { return where_; }
+  // Where this reader's messages go; a sub-table's reader reports to the same place.
+  Diagnostics* diagnostics() const { return diag_; }
 
  private:
   const toml::node* Take(const std::string& key) {

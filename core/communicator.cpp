@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <numeric>
 #include <optional>
@@ -190,6 +191,10 @@ std::shared_ptr<Communicator> Communicator::Join(const c10::intrusive_ptr<c10d::
   comm->rank_ = context.rank;
   comm->world_size_ = context.world_size;
   comm->device_ = BindDevice(context, device);
+  comm->store_ = store;
+  comm->context_ = context;
+  comm->device_kind_ = device;
+  comm->timeout_ = timeout;
   try {
     if (device == DeviceKind::kCpu) {
       comm->transport_ = Transport::kGloo;
@@ -298,6 +303,101 @@ PendingAllToAll Communicator::StartAllToAll(const at::Tensor& input,
     throw InfrastructureError(std::string("all-to-all could not start: ") + e.what());
   }
   return pending;
+}
+
+std::shared_ptr<Communicator> Communicator::Subgroup(const std::string& name,
+                                                     const std::vector<int64_t>& members) {
+  const auto me = std::find(members.begin(), members.end(), rank_);
+  if (me == members.end()) {
+    throw std::logic_error("subgroup " + name + ": rank " + std::to_string(rank_) +
+                           " is not among its members");
+  }
+  RankContext sub = context_;
+  sub.rank = me - members.begin();
+  sub.world_size = static_cast<int64_t>(members.size());
+  if (!store_) {  // a world of one rank without a process group: so is every subgroup
+    std::shared_ptr<Communicator> local = Local(device_);
+    return local;
+  }
+  return Join(c10::make_intrusive<c10d::PrefixStore>("group/" + name, store_), sub, device_kind_,
+              timeout_);
+}
+
+namespace {
+
+void CheckPeer(int64_t peer, int64_t rank, int64_t world, const char* what) {
+  if (peer < 0 || peer >= world || peer == rank) {
+    throw std::logic_error(std::string("point-to-point ") + what + ": peer " +
+                           std::to_string(peer) + " is not another rank of a group of " +
+                           std::to_string(world) + " (this rank is " + std::to_string(rank) + ")");
+  }
+}
+
+}  // namespace
+
+PendingTransfer Communicator::StartSend(const at::Tensor& tensor, int64_t peer, int64_t tag) {
+  CheckPeer(peer, rank_, world_size_, "send");
+  PendingTransfer transfer;
+  transfer.owner_ = this;
+  transfer.tensor_ = tensor;
+  try {
+    // NCCL: the send is queued behind the compute stream's work; Gloo: through the host.
+    const bool gloo = transport_ != Transport::kNccl || tensor.device() != device_;
+    at::Tensor in = tensor.to(gloo ? at::Device(at::kCPU) : device_).contiguous();
+    if (gloo) in = TransportView(in);
+    std::vector<at::Tensor> tensors{in};
+    transfer.work_ = group_->send(tensors, static_cast<int>(peer), static_cast<int>(tag));
+    transfer.keep_ = in;
+    stats_.p2p_bytes += static_cast<int64_t>(in.nbytes());
+    ++stats_.p2p_count;
+  } catch (const std::exception& e) {
+    throw InfrastructureError("send to rank " + std::to_string(peer) +
+                              " could not start: " + e.what());
+  }
+  return transfer;
+}
+
+PendingTransfer Communicator::StartRecv(const std::vector<int64_t>& shape, at::ScalarType dtype,
+                                        int64_t peer, int64_t tag) {
+  CheckPeer(peer, rank_, world_size_, "receive");
+  PendingTransfer transfer;
+  transfer.owner_ = this;
+  try {
+    const bool gloo = transport_ != Transport::kNccl;
+    at::Tensor buffer = at::empty(
+        shape, at::TensorOptions().dtype(dtype).device(gloo ? at::Device(at::kCPU) : device_));
+    std::vector<at::Tensor> tensors{gloo ? TransportView(buffer) : buffer};
+    transfer.work_ = group_->recv(tensors, static_cast<int>(peer), static_cast<int>(tag));
+    if (buffer.device() == device_) {
+      transfer.tensor_ = buffer;
+    } else {
+      transfer.tensor_ = at::empty(shape, buffer.options().device(device_));
+      transfer.staged_ = buffer;
+    }
+    stats_.p2p_bytes += static_cast<int64_t>(buffer.nbytes());
+    ++stats_.p2p_count;
+  } catch (const std::exception& e) {
+    throw InfrastructureError("receive from rank " + std::to_string(peer) +
+                              " could not start: " + e.what());
+  }
+  return transfer;
+}
+
+at::Tensor PendingTransfer::Wait() {
+  if (waited_) return tensor_;
+  const int64_t wait_begin = SteadyNanoseconds();
+  try {
+    work_->wait();
+  } catch (const std::exception& e) {
+    throw InfrastructureError(std::string("point-to-point transfer failed: ") + e.what());
+  }
+  if (staged_.defined()) tensor_.copy_(staged_);
+  waited_ = true;
+  keep_ = at::Tensor();
+  staged_ = at::Tensor();
+  work_.reset();
+  if (owner_) owner_->stats_.p2p_exposed_seconds += (SteadyNanoseconds() - wait_begin) * 1e-9;
+  return tensor_;
 }
 
 at::Tensor Communicator::AllToAll(const at::Tensor& input, const std::vector<int64_t>& send_splits,

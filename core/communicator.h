@@ -43,6 +43,12 @@ struct CommStats {
   double in_flight_seconds = 0;
   double exposed_seconds = 0;
   int64_t count = 0;
+  // Point-to-point transfers between pipeline stages: how many, their bytes, and the time the
+  // caller spent waiting for them (a send waits for its bytes to leave, a receive for them to
+  // arrive).
+  int64_t p2p_count = 0;
+  int64_t p2p_bytes = 0;
+  double p2p_exposed_seconds = 0;
 };
 
 enum class Transport { kLocal, kGloo, kNccl, kGlooHostStaged };
@@ -73,6 +79,24 @@ class PendingAllToAll {
   bool waited_ = false;
   int64_t started_ns_ = 0;
   std::shared_ptr<std::atomic<int64_t>> completed_ns_;
+  Communicator* owner_ = nullptr;
+};
+
+// A point-to-point transfer that has been started: a send (Wait() returns the sent tensor once
+// its bytes are out) or a receive (Wait() returns the received tensor).
+class PendingTransfer {
+ public:
+  PendingTransfer() = default;
+  at::Tensor Wait();
+  bool valid() const { return tensor_.defined(); }
+
+ private:
+  friend class Communicator;
+  at::Tensor tensor_;  // sent or received, on the caller's device
+  at::Tensor staged_;  // a receive through the host: the buffer Gloo receives into
+  at::Tensor keep_;    // a send: the transport buffer, alive until the bytes are out
+  c10::intrusive_ptr<c10d::Work> work_;  // NCCL: its wait() holds the compute stream, not the host
+  bool waited_ = false;
   Communicator* owner_ = nullptr;
 };
 
@@ -116,6 +140,21 @@ class Communicator {
   at::Tensor AllToAll(const at::Tensor& input, const std::vector<int64_t>& send_splits,
                       const std::vector<int64_t>& recv_splits);
 
+  // Point-to-point: starts sending `tensor` to rank `peer` of this group under `tag`, or receiving
+  // a tensor of `shape` and `dtype` from `peer` under `tag`. A receive matches the send of the
+  // same (peer, tag); transfers of one (peer, tag) arrive in the order they were sent. Bytes move
+  // without arithmetic (bf16 as fp16 bits over Gloo). Both ends must agree on shape and dtype.
+  PendingTransfer StartSend(const at::Tensor& tensor, int64_t peer, int64_t tag);
+  PendingTransfer StartRecv(const std::vector<int64_t>& shape, at::ScalarType dtype, int64_t peer,
+                            int64_t tag);
+
+  // A communicator over the ranks `members` of this one (ranks of this group, in the order they
+  // take in the new group), e.g. the EP group of one pipeline stage or the pipeline group of one
+  // EP rank. Every member calls it with the same `name` and `members`; `name` keeps the groups'
+  // rendezvous keys apart. The calling rank must be a member.
+  std::shared_ptr<Communicator> Subgroup(const std::string& name,
+                                         const std::vector<int64_t>& members);
+
   // Every rank's `tensor` (same shape and dtype on all ranks), in rank order.
   std::vector<at::Tensor> AllGather(const at::Tensor& tensor);
 
@@ -131,6 +170,7 @@ class Communicator {
 
  private:
   friend class PendingAllToAll;
+  friend class PendingTransfer;
   Communicator() = default;
   // The device collectives of this transport work on (cuda for NCCL, else cpu).
   at::Device transport_device() const;
@@ -141,6 +181,12 @@ class Communicator {
   Transport transport_ = Transport::kLocal;
   std::string transport_description_ = "local";
   c10::intrusive_ptr<c10d::Backend> group_;
+  // What Subgroup() needs to join a new group: the store this group met through, this rank's
+  // context and the timeout.
+  c10::intrusive_ptr<c10d::Store> store_;
+  RankContext context_;
+  DeviceKind device_kind_ = DeviceKind::kCpu;
+  std::chrono::milliseconds timeout_{0};
   CommStats stats_;
   std::vector<std::shared_ptr<CudaExchange>> unresolved_;  // GPU exchanges not yet in stats_
   std::shared_ptr<CommStream> comm_stream_;                // NCCL: the communication stream

@@ -73,6 +73,25 @@ INSTANTIATE_TEST_SUITE_P(Matrix, OverlapParityTest, ::testing::ValuesIn(Matrix()
                            return Name(info.param);
                          });
 
+// The replica check of the parity tests sees a one-ulp change of one element of one rank's
+// replicated main grad: the step then moves that rank's copy of the parameter apart.
+TEST(OverlapParity, ReplicaCheckSeesOneUlpOnOneRank) {
+  Recipe recipe = ParseRecipe(RecipeText({0, "alltoall", "bf16", "uniform", 1}), "replica.toml");
+  testing::ThreadTrainOptions options;
+  options.on_trainer = [](int64_t rank, Trainer& trainer) {
+    GradPerturbation p;
+    p.rank = 1;
+    p.iteration = 2;
+    p.param = "embedding";
+    p.element = 5;
+    if (rank == 1) trainer.set_perturbation(p);
+  };
+  const testing::RankRecords records = testing::TrainOnThreads(recipe, "reference", options);
+  EXPECT_EQ(testing::ReplicaDivergence(records),
+            "iteration 2: main grad of embedding differs between rank 0 and rank 1");
+  EXPECT_EQ(testing::ReplicaDivergence(testing::TrainOnThreads(recipe, "reference")), "");
+}
+
 TEST(OverlapParity, UniformTwoWithMtpIsRejectedLikeUpstream) {
   ParityConfig c{1, "alltoall", "fp32", "uniform", 2};
   EXPECT_THROW(ParseRecipe(RecipeText(c), "bad.toml"), InputError);

@@ -18,6 +18,7 @@ namespace bitparity::testing {
 struct RankRecords {
   std::vector<std::vector<IterationRecord>> records;  // [rank][iteration]
   std::vector<std::vector<std::string>> params;       // [rank][parameter]
+  std::vector<std::vector<char>> replicated;          // [rank][parameter]: not an expert's
 };
 
 struct ThreadTrainOptions {
@@ -32,6 +33,11 @@ RankRecords TrainOnThreads(const Recipe& recipe, const std::string& arm,
 
 // "" when identical, else the first difference (iteration, rank, record, parameter).
 std::string FirstDifference(const RankRecords& a, const RankRecords& b);
+
+// "" when every replicated (non-expert) parameter and its main grad are bitwise equal on every
+// rank at every iteration, as they must be: else the first iteration, parameter and ranks where
+// one run's replicas disagree (a difference inside one run, not between arms).
+std::string ReplicaDivergence(const RankRecords& records);
 
 // Trains the arms of RecipeBuilder::ParityArms and expects the overlap arm to equal both
 // reference arms bit for bit (with and without recompute); returns the overlap arm's records.

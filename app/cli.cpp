@@ -10,6 +10,7 @@
 #include "core/cuda_support.h"
 #include "core/determinism.h"
 #include "core/errors.h"
+#include "core/pipeline_schedule.h"
 #include "core/provenance.h"
 #include "core/rank_protocol.h"
 #include "core/recipe.h"
@@ -75,12 +76,27 @@ int Validate(const std::string& path) {
             << "  model: hidden " << m.hidden << ", heads " << m.heads << ", layers " << m.layers
             << " (" << m.first_k_dense << " dense), experts " << m.experts << " top-" << m.topk
             << ", vocab " << m.vocab << ", seq " << m.seq_len << ", mtp " << m.mtp_layers << "\n"
-            << "  parallel: ep " << recipe.parallel.ep << " (world " << recipe.world_size()
-            << "), threads/rank " << recipe.parallel.threads << ", timeout "
+            << "  parallel: pp " << recipe.parallel.pp << " x ep " << recipe.parallel.ep
+            << " (world " << recipe.world_size() << ", rank = pp_rank x ep + ep_rank), vpp "
+            << recipe.parallel.vpp << ", threads/rank " << recipe.parallel.threads << ", timeout "
             << recipe.parallel.timeout_seconds << " s\n"
             << "  train: " << recipe.train.iterations << " iterations, global batch "
             << recipe.train.global_batch << ", micro batch " << recipe.train.micro_batch << ", "
             << recipe.microbatches_per_rank() << " microbatches/rank\n";
+  if (recipe.parallel.pp > 1) {
+    const PipelineLayout pipeline = recipe.pipeline();
+    std::cout << "  pipeline: \"" << pipeline.Text() << "\", stages per pipeline rank:\n";
+    for (const std::string& line : pipeline.Describe()) std::cout << "    " << line << "\n";
+    PipelineScheduleConfig schedule;
+    schedule.pp = recipe.parallel.pp;
+    schedule.vpp = recipe.parallel.vpp;
+    schedule.microbatches = recipe.microbatches_per_rank();
+    std::cout << "  1F1B order (F/B chunk.microbatch):\n";
+    for (int64_t r = 0; r < schedule.pp; ++r) {
+      std::cout << "    rank " << r << ": " << FormatPipelineSchedule(PipelineSchedule(schedule, r))
+                << "\n";
+    }
+  }
   for (const ArmConfig& arm : recipe.arms) {
     RecomputePlan plan = BuildRecomputePlan(arm.recompute, m.layers, m.mtp_layers);
     std::cout << "  arm " << arm.name << ": engine " << ToString(arm.engine) << ", precision "

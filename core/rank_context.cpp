@@ -71,22 +71,37 @@ RankContext RankContextFromEnvironment() {
 }
 
 ParallelLayout ParallelLayout::Make(int64_t rank, int64_t world_size, int64_t ep_size,
-                                    int64_t experts) {
-  if (world_size != ep_size) {
+                                    int64_t experts, int64_t pp_size) {
+  if (world_size != ep_size * pp_size) {
     throw InputError("the world has " + std::to_string(world_size) +
-                     " ranks but the recipe's [parallel] ep is " + std::to_string(ep_size) +
-                     " (world = ep)");
+                     " ranks but the recipe's [parallel] pp x ep is " + std::to_string(pp_size) +
+                     " x " + std::to_string(ep_size) + " = " + std::to_string(pp_size * ep_size) +
+                     " (world = pp x ep)");
   }
   ParallelLayout layout;
   layout.rank = rank;
   layout.world_size = world_size;
   layout.ep_size = ep_size;
   layout.ep_rank = rank % ep_size;
-  layout.dp_size = world_size;
-  layout.dp_rank = rank;
+  layout.pp_size = pp_size;
+  layout.pp_rank = rank / ep_size;
+  layout.dp_size = ep_size;
+  layout.dp_rank = layout.ep_rank;
   layout.experts = experts;
   layout.experts_per_rank = experts / ep_size;
   return layout;
+}
+
+std::vector<int64_t> ParallelLayout::EpGroup() const {
+  std::vector<int64_t> ranks;
+  for (int64_t e = 0; e < ep_size; ++e) ranks.push_back(pp_rank * ep_size + e);
+  return ranks;
+}
+
+std::vector<int64_t> ParallelLayout::PipelineGroup() const {
+  std::vector<int64_t> ranks;
+  for (int64_t p = 0; p < pp_size; ++p) ranks.push_back(p * ep_size + ep_rank);
+  return ranks;
 }
 
 }  // namespace bitparity

@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
+
+#include "core/pipeline_layout.h"
 
 namespace bitparity {
 
@@ -28,21 +31,31 @@ struct RankContext {
 RankContext RankContextFromEnvironment(const std::map<std::string, std::string>& env);
 RankContext RankContextFromEnvironment();
 
-// How the ranks of the world map onto parallel groups. World = EP for now; pipeline parallelism
-// would add a dimension here and nowhere else.
+// How the ranks of the world map onto parallel groups: `pp` pipeline stages, each an EP group of
+// `ep` ranks; rank = pp_rank x ep + ep_rank (the EP rank varies fastest, so one stage's ranks are
+// neighbours). The ranks with one EP rank form a pipeline; its stages see the same data, and the
+// non-expert parameters of a stage are replicated (data parallel) over its EP group.
 struct ParallelLayout {
   int64_t rank = 0;
   int64_t world_size = 1;
   int64_t ep_size = 1;
   int64_t ep_rank = 0;
-  int64_t dp_size = 1;  // data-parallel size of the non-expert parameters
+  int64_t pp_size = 1;
+  int64_t pp_rank = 0;
+  int64_t dp_size = 1;  // data-parallel size of the non-expert parameters (the EP group)
   int64_t dp_rank = 0;
   int64_t experts = 1;
   int64_t experts_per_rank = 1;
+  // The stages of the pipeline in virtual order; empty: one stage holding the whole model.
+  PipelineLayout pipeline;
 
-  static ParallelLayout Make(int64_t rank, int64_t world_size, int64_t ep_size, int64_t experts);
+  static ParallelLayout Make(int64_t rank, int64_t world_size, int64_t ep_size, int64_t experts,
+                             int64_t pp_size = 1);
   int64_t first_local_expert() const { return ep_rank * experts_per_rank; }
   int64_t ExpertOwner(int64_t expert) const { return expert / experts_per_rank; }
+  // The world ranks of this rank's EP group (its stage) and of its pipeline, in group order.
+  std::vector<int64_t> EpGroup() const;
+  std::vector<int64_t> PipelineGroup() const;
 };
 
 }  // namespace bitparity

@@ -13,6 +13,7 @@
 
 #include "core/enum_names.h"
 #include "core/errors.h"
+#include "core/pipeline_schedule.h"
 #include "core/recipe_schema.h"
 #include "core/toml_reader.h"
 
@@ -35,6 +36,13 @@ ModelConfig Recipe::model_of(const ArmConfig& arm) const {
   ModelConfig resolved = model;
   resolved.dispatcher = arm.dispatcher;
   return resolved;
+}
+
+PipelineLayout Recipe::pipeline() const {
+  return model.pipeline_layout.empty()
+             ? EvenPipelineLayout(parallel.pp, parallel.vpp, model.layers, model.mtp_layers)
+             : ParsePipelineLayout(model.pipeline_layout, parallel.pp, model.layers,
+                                   model.mtp_layers);
 }
 
 std::string Tolerance::Describe() const {
@@ -116,6 +124,37 @@ void ValidateShapes(const Recipe& recipe, Diagnostics* diag) {
   }
 }
 
+// The pipeline: the layout (or the even split) against pp, vpp and the model; vpp taken from the
+// layout when the recipe does not set it.
+void ValidatePipeline(Recipe* recipe, Diagnostics* diag) {
+  ParallelConfig& p = recipe->parallel;
+  if (p.pp == 1 && p.vpp == 1 && recipe->model.pipeline_layout.empty()) return;
+  if (p.pp > 1 && recipe->compare.memory_model > 0) {
+    diag->Add("[compare]",
+              "memory_model cannot be checked with [parallel] pp > 1 yet: the memory model "
+              "does not walk pipeline schedules; drop memory_model");
+  }
+  try {
+    const PipelineLayout layout = recipe->pipeline();
+    if (!recipe->model.pipeline_layout.empty() && layout.vpp != p.vpp) {
+      if (p.vpp_set) {
+        diag->Add("[parallel]", "vpp = " + std::to_string(p.vpp) +
+                                    " conflicts with [model] pipeline_layout, whose " +
+                                    std::to_string(layout.stages.size()) +
+                                    " stages over pp = " + std::to_string(p.pp) + " make vpp " +
+                                    std::to_string(layout.vpp) + "; drop vpp or make it " +
+                                    std::to_string(layout.vpp));
+        return;
+      }
+      p.vpp = layout.vpp;
+    }
+  } catch (const InputError& e) {
+    diag->Add(
+        "[model]",
+        std::string(recipe->model.pipeline_layout.empty() ? "" : "pipeline_layout ") + e.what());
+  }
+}
+
 void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
   const std::string where = "[arms." + arm.name + "]";
   const std::string& rc_where = arm.recompute_table;
@@ -166,6 +205,24 @@ void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) 
                   "tensor-core GEMM), got " +
                       uneven + "; use fp8_backend = \"emulated\" for other shapes");
       }
+    }
+  }
+  if (recipe.parallel.pp > 1 || recipe.parallel.vpp > 1) {
+    PipelineScheduleConfig schedule;
+    schedule.pp = recipe.parallel.pp;
+    schedule.vpp = recipe.parallel.vpp;
+    schedule.microbatches = recipe.microbatches_per_rank();
+    schedule.ep_overlap = arm.engine == EngineKind::kOverlap;
+    const std::string problem = PipelineScheduleProblem(schedule);
+    if (!problem.empty()) diag->Add(where, "[parallel] " + problem);
+    if (arm.engine == EngineKind::kOverlap) {
+      diag->Add(where,
+                "the overlap engine does not run pipeline parallelism yet ([parallel] pp = " +
+                    std::to_string(recipe.parallel.pp) +
+                    "); run its pipeline configurations with engine = \"reference\"");
+    }
+    if (rc.full() && rc.unit == RecomputeUnit::kChunk) {
+      diag->Add(rc_where, "unit \"chunk\" is not available with [parallel] pp > 1 yet");
     }
   }
   if (arm.engine == EngineKind::kOverlap) {
@@ -291,6 +348,7 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
   // Cross-key rules only make sense once every key parsed.
   if (diag.empty()) {
     ValidateShapes(recipe, &diag);
+    ValidatePipeline(&recipe, &diag);
     for (const ArmConfig& arm : recipe.arms) ValidateArm(recipe, arm, &diag);
   }
   diag.ThrowIfAny();

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/pipeline_layout.h"
+
 namespace bitparity {
 
 enum class EngineKind { kReference, kOverlap };
@@ -60,6 +62,7 @@ struct ModelConfig {
   double init_std = 0.02;
   double dropout = 0.0;  // hidden dropout after attention and after the MLP
   Dispatcher dispatcher = Dispatcher::kAllToAll;
+  std::string pipeline_layout;  // Megatron's --pipeline-model-parallel-layout; "": even split
 
   int64_t head_dim() const { return hidden / heads; }
   bool layer_is_moe(int64_t layer) const { return layer >= first_k_dense; }
@@ -69,7 +72,10 @@ struct ModelConfig {
 
 struct ParallelConfig {
   DeviceKind device = DeviceKind::kCpu;  // "cuda": each rank uses the GPU of its LOCAL_RANK
-  int64_t ep = 1;                        // expert-parallel size; the world is one EP group for now
+  int64_t ep = 1;                        // expert-parallel size within each pipeline stage
+  int64_t pp = 1;                        // pipeline stages (ranks of one pipeline)
+  int64_t vpp = 1;                       // model chunks per pipeline rank
+  bool vpp_set = false;                  // the recipe wrote vpp (it must then match the layout)
   int64_t threads = 1;                   // intra-op threads per rank
   double timeout_seconds = 300;          // a rank group running longer than this is ended (exit 3)
 };
@@ -176,7 +182,7 @@ struct Recipe {
   std::vector<ArmConfig> arms;
   ComparePolicy compare;
 
-  int64_t world_size() const { return parallel.ep; }
+  int64_t world_size() const { return parallel.pp * parallel.ep; }
   int64_t data_parallel_size() const { return parallel.ep; }
   int64_t microbatches_per_rank() const { return global_batch_per_rank() / train.micro_batch; }
   int64_t global_batch_per_rank() const { return train.global_batch / data_parallel_size(); }
@@ -186,6 +192,9 @@ struct Recipe {
   std::vector<std::string> arm_names() const;
   // The model `arm` trains: [model] with the arm's own settings (its dispatcher) applied.
   ModelConfig model_of(const ArmConfig& arm) const;
+  // The pipeline stages: [model] pipeline_layout, or the layers split evenly over pp x vpp
+  // (checked when the recipe was read).
+  PipelineLayout pipeline() const;
 };
 
 // Parses and validates a recipe file. Throws InputError listing every problem found.

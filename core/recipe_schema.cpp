@@ -46,7 +46,16 @@ const KeyTable<ModelConfig>& ModelKeys() {
                  "hidden dropout after attention and after the MLP; must be 0 with recompute")
           .Enum("dispatcher", &M::dispatcher, kDispatcherNames,
                 "how tokens reach their experts: one all-to-all row per (token, expert), or "
-                "one per (token, rank) expanded on arrival");
+                "one per (token, rank) expanded on arrival")
+          .Custom(
+              "pipeline_layout", "string", "\"\"",
+              "the stages in Megatron's --pipeline-model-parallel-layout syntax (E embedding, t "
+              "decoder layer, m MTP layer, L loss, | between stages, (..)*n and t*n "
+              "repetitions), chunk 0 of every pipeline rank first; \"\": layers split evenly "
+              "over pp x vpp",
+              [](TableReader& r, M* m) {
+                m->pipeline_layout = r.String("pipeline_layout", m->pipeline_layout);
+              });
   return keys;
 }
 
@@ -56,7 +65,17 @@ const KeyTable<ParallelConfig>& ParallelKeys() {
       KeyTable<P>("[parallel]")
           .Enum("device", &P::device, kDeviceNames,
                 "where each rank computes; \"cuda\": the GPU of the rank's LOCAL_RANK")
-          .Int("ep", &P::ep, 1, 256, "expert-parallel size = number of rank processes")
+          .Int("ep", &P::ep, 1, 256, "expert-parallel size: the ranks of each pipeline stage")
+          .Int("pp", &P::pp, 1, 64,
+               "pipeline stages; the world is pp x ep rank processes, rank = pp_rank x ep + "
+               "ep_rank")
+          .Custom("vpp", "integer in [1, 64]", "1",
+                  "model chunks per pipeline rank (interleaved 1F1B); with pipeline_layout it "
+                  "follows from the layout's stage count",
+                  [](TableReader& r, P* p) {
+                    p->vpp_set = r.Has("vpp");
+                    p->vpp = r.Int("vpp", p->vpp, 1, 64);
+                  })
           .Int("threads", &P::threads, 1, 256, "intra-op threads per rank")
           .Float("timeout_s", &P::timeout_seconds, 1.0, 7 * 24 * 3600.0,
                  "a rank group running longer is ended (exit 3)");

@@ -153,15 +153,17 @@ std::string ConsoleReport(const RunReport& report) {
     const ArmRunReport& first = arm.runs.front();
     double step = 0;
     for (double s : first.step_seconds) step += s;
-    int64_t predicted = 0;
+    int64_t predicted = -1;  // -1: no rank carries a prediction (a pipeline)
     for (const RankMemoryReport& m : first.memory) {
       predicted = std::max(predicted, m.predicted_peak_bytes);
     }
+    char model[16] = "       -";
+    if (predicted >= 0) std::snprintf(model, sizeof(model), "%8.2f", predicted / 1048576.0);
     const size_t n = first.loss.size();
-    std::snprintf(line, sizeof(line), "  %-18s %4zu  %.6f -> %.6f    %8.2f   %8.2f   %8.3f\n",
+    std::snprintf(line, sizeof(line), "  %-18s %4zu  %.6f -> %.6f    %8.2f   %s   %8.3f\n",
                   arm.name.c_str(), arm.runs.size(), n ? first.loss.front() : 0.0f,
-                  n ? first.loss.back() : 0.0f, first.peak_bytes_max / 1048576.0,
-                  predicted / 1048576.0, n ? step / n : 0.0);
+                  n ? first.loss.back() : 0.0f, first.peak_bytes_max / 1048576.0, model,
+                  n ? step / n : 0.0);
     out << line;
   }
   out << "checks:\n" << FormatChecks(report.checks);

@@ -21,6 +21,7 @@ at::Tensor ParameterStore::Register(const std::string& name, at::Tensor master, 
   }
   p.weight.requires_grad_(true);
   p.main_grad = at::zeros_like(p.master);
+  p.stage = stage_;
   params_.push_back(p);
   return params_.back().weight;
 }
@@ -108,25 +109,42 @@ LayerWeights BuildLayer(const ModelConfig& c, const ParallelLayout& layout, Para
 GptWeights BuildGptWeights(const ModelConfig& c, const ParallelLayout& layout,
                            ParameterStore* store) {
   using Init = ParameterStore::Init;
+  const PipelineLayout pipeline = layout.pipeline.stages.empty()
+                                      ? EvenPipelineLayout(1, 1, c.layers, c.mtp_layers)
+                                      : layout.pipeline;
   GptWeights w;
-  w.embedding = store->Add("embedding", {c.vocab, c.hidden}, Init::kNormal, c.init_std, false);
-  for (int64_t l = 0; l < c.layers; ++l) {
-    w.layers.push_back(
-        BuildLayer(c, layout, store, "layers." + std::to_string(l), l, c.layer_is_moe(l)));
+  w.layers.resize(static_cast<size_t>(c.layers));
+  w.mtp.resize(static_cast<size_t>(c.mtp_layers));
+  // A stage's pieces in model order; the chunks of this rank in chunk order. An MTP stage
+  // without the embedding holds a copy of it (same name, same initial values), as Megatron's
+  // MTP stage does; the copies' gradients are summed across the pipeline after each step.
+  for (int64_t chunk = 0; chunk < pipeline.vpp; ++chunk) {
+    const PipelineStage& stage = pipeline.stage(layout.pp_rank, chunk);
+    store->set_stage(stage.index);
+    if (stage.embedding || (stage.mtp_layers > 0 && !w.embedding.defined())) {
+      w.embedding = store->Add("embedding", {c.vocab, c.hidden}, Init::kNormal, c.init_std, false);
+      store->all().back().embedding_copy = !stage.embedding;
+    }
+    for (int64_t l = stage.first_layer; l < stage.first_layer + stage.layers; ++l) {
+      w.layers[static_cast<size_t>(l)] =
+          BuildLayer(c, layout, store, "layers." + std::to_string(l), l, c.layer_is_moe(l));
+    }
+    if (stage.final_norm)
+      w.final_norm = store->Add("final_norm", {c.hidden}, Init::kOnes, 0, false);
+    for (int64_t d = stage.first_mtp; d < stage.first_mtp + stage.mtp_layers; ++d) {
+      const std::string prefix = "mtp." + std::to_string(d);
+      MtpWeights m;
+      m.enorm = store->Add(prefix + ".enorm", {c.hidden}, Init::kOnes, 0, false);
+      m.hnorm = store->Add(prefix + ".hnorm", {c.hidden}, Init::kOnes, 0, false);
+      m.eh_proj = store->Add(prefix + ".eh_proj", {c.hidden, 2 * c.hidden}, Init::kNormal,
+                             c.init_std, false);
+      m.layer = BuildLayer(c, layout, store, prefix + ".layer", c.layers + d, c.mtp_is_moe());
+      m.final_norm = store->Add(prefix + ".final_norm", {c.hidden}, Init::kOnes, 0, false);
+      w.mtp[static_cast<size_t>(d)] = m;
+    }
+    if (stage.loss)
+      w.head = store->Add("head", {c.vocab, c.hidden}, Init::kNormal, c.init_std, false);
   }
-  w.final_norm = store->Add("final_norm", {c.hidden}, Init::kOnes, 0, false);
-  for (int64_t d = 0; d < c.mtp_layers; ++d) {
-    const std::string prefix = "mtp." + std::to_string(d);
-    MtpWeights m;
-    m.enorm = store->Add(prefix + ".enorm", {c.hidden}, Init::kOnes, 0, false);
-    m.hnorm = store->Add(prefix + ".hnorm", {c.hidden}, Init::kOnes, 0, false);
-    m.eh_proj =
-        store->Add(prefix + ".eh_proj", {c.hidden, 2 * c.hidden}, Init::kNormal, c.init_std, false);
-    m.layer = BuildLayer(c, layout, store, prefix + ".layer", c.layers + d, c.mtp_is_moe());
-    m.final_norm = store->Add(prefix + ".final_norm", {c.hidden}, Init::kOnes, 0, false);
-    w.mtp.push_back(m);
-  }
-  w.head = store->Add("head", {c.vocab, c.hidden}, Init::kNormal, c.init_std, false);
   return w;
 }
 

@@ -24,6 +24,10 @@ struct Parameter {
   at::Tensor master;       // fp32 master weight
   at::Tensor weight;       // the leaf autograd sees (a bf16 copy, or the master itself in fp32)
   at::Tensor main_grad;    // fp32 gradient accumulated over microbatches
+  int64_t stage = 0;       // the pipeline stage (virtual order) that holds it
+  // The MTP stage's copy of the embedding: its gradient is summed with the first stage's, and
+  // the global grad norm counts the embedding once (on the first stage).
+  bool embedding_copy = false;
 };
 
 class ParameterStore {
@@ -41,6 +45,8 @@ class ParameterStore {
                  bool is_expert);
   // Same, but the weight stays fp32 whatever the compute dtype (e.g. the router).
   at::Tensor AddFp32(const std::string& name, std::vector<int64_t> shape, double std);
+  // The pipeline stage the parameters added from now on belong to.
+  void set_stage(int64_t stage) { stage_ = stage; }
 
   std::vector<Parameter>& all() { return params_; }
   const std::vector<Parameter>& all() const { return params_; }
@@ -62,6 +68,7 @@ class ParameterStore {
   uint64_t seed_;
   at::Device device_;
   std::vector<Parameter> params_;
+  int64_t stage_ = 0;
 };
 
 // Views of the compute weights, grouped as the model uses them.
@@ -104,16 +111,20 @@ struct MtpWeights {
   at::Tensor final_norm;  // [h]
 };
 
+// The weights this rank holds, by their place in the whole model: with pipeline parallelism the
+// pieces of other ranks' stages stay undefined (layers[l].attention.qkv undefined, head
+// undefined, ...).
 struct GptWeights {
-  at::Tensor embedding;  // [vocab, h]
+  at::Tensor embedding;  // [vocab, h]; on the first stage, and copied on an MTP stage
   std::vector<LayerWeights> layers;
   at::Tensor final_norm;  // [h]
   at::Tensor head;        // [vocab, h], untied from the embedding
   std::vector<MtpWeights> mtp;
 };
 
-// Creates every parameter of the model in `store` (in a fixed order, which is the order of
-// digests in traces) and returns the grouped views.
+// Creates the parameters of this rank's pipeline stages (`layout.pipeline`; all of the model
+// when it is empty) in `store`, in a fixed order (the order of digests in traces): per chunk the
+// embedding, decoder layers, final norm, MTP layers and head it holds. Returns the grouped views.
 GptWeights BuildGptWeights(const ModelConfig& config, const ParallelLayout& layout,
                            ParameterStore* store);
 

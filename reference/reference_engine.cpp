@@ -2,15 +2,21 @@
 
 #include <torch/torch.h>
 
+#include <map>
+
 #include "core/memory.h"
+#include "core/pipeline_schedule.h"
 #include "reference/checkpoint.h"
 
 namespace bitparity {
 
-ReferenceEngine::ReferenceEngine(GptModel* model, const RecomputeConfig& recompute)
+ReferenceEngine::ReferenceEngine(GptModel* model, const RecomputeConfig& recompute,
+                                 std::shared_ptr<Communicator> pipeline)
     : model_(model),
+      recompute_(recompute),
       plan_(BuildRecomputePlan(recompute, model->config().layers, model->config().mtp_layers)),
-      whole_chunk_(recompute.full() && recompute.unit == RecomputeUnit::kChunk) {}
+      whole_chunk_(recompute.full() && recompute.unit == RecomputeUnit::kChunk),
+      pipeline_(std::move(pipeline)) {}
 
 void ReferenceEngine::WholeChunkForward(ChunkState* state, MicrobatchLosses* losses) {
   const GptWeights& w = model_->weights();
@@ -98,6 +104,7 @@ void ReferenceEngine::Forward(ChunkState* state, MicrobatchLosses* losses) {
 }
 
 std::vector<MicrobatchLosses> ReferenceEngine::RunIteration(std::vector<ChunkState>& microbatches) {
+  if (pipeline_) return RunPipelined(microbatches);
   std::vector<MicrobatchLosses> all;
   ParameterStore& params = model_->parameters();
   for (ChunkState& state : microbatches) {
@@ -113,6 +120,155 @@ std::vector<MicrobatchLosses> ReferenceEngine::RunIteration(std::vector<ChunkSta
     all.push_back(std::move(losses));
   }
   return all;
+}
+
+std::vector<int64_t> ReferenceEngine::ActivationShape(int64_t index) const {
+  int64_t depths = 0;
+  for (const PipelineStage& s : model_->layout().pipeline.stages) {
+    if (s.index < index) depths += s.mtp_layers;
+  }
+  const ModelConfig& c = model_->config();
+  return {micro_batch_ * (1 + depths), c.seq_len, c.hidden};
+}
+
+int64_t ReferenceEngine::Tag(int64_t stage, int64_t microbatch, bool gradient) const {
+  return (stage * microbatches_ + microbatch) * 2 + (gradient ? 1 : 0);
+}
+
+ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStage& stage,
+                                                              const ChunkState& microbatch,
+                                                              MicrobatchLosses* losses,
+                                                              std::vector<PendingTransfer>* sends) {
+  const std::vector<PipelineStage>& stages = model_->layout().pipeline.stages;
+  const GptWeights& w = model_->weights();
+  ChunkPassState pass;
+  pass.state = std::make_shared<ChunkState>(microbatch);
+  ChunkState* state = pass.state.get();
+  at::Tensor hidden;
+  std::vector<at::Tensor> mtp_hidden;  // MTP hidden states made by an earlier stage
+  if (stage.embedding) {
+    hidden = model_->Embed(state->input_ids);
+  } else {
+    const std::vector<int64_t> shape = ActivationShape(stage.index);
+    pass.input = pipeline_
+                     ->StartRecv(shape, model_->compute_dtype(), stages[stage.index - 1].pp_rank,
+                                 Tag(stage.index - 1, state->microbatch, false))
+                     .Wait()
+                     .requires_grad_(true);
+    hidden = pass.input;
+    const int64_t parts = shape[0] / micro_batch_;
+    if (parts > 1) {
+      std::vector<at::Tensor> stacked = hidden.chunk(parts, 0);
+      hidden = stacked[0];
+      mtp_hidden.assign(stacked.begin() + 1, stacked.end());
+    }
+  }
+
+  // The chunk's decoder layers under the recompute plan counted within the chunk.
+  const RecomputePlan plan = BuildRecomputePlan(recompute_, stage.layers, stage.mtp_layers);
+  GptModel* model = model_;
+  for (int64_t l = 0; l < stage.layers;) {
+    const LayerSegment* segment = plan.SegmentStartingAt(l);
+    const int64_t first = stage.first_layer + l;
+    if (!segment) {
+      hidden = model_->DecoderLayer(w.layers[first], hidden, *state, losses);
+      ++l;
+      continue;
+    }
+    const int64_t count = segment->num_layers;
+    hidden = Checkpoint(
+        [model, &w, state, losses, first, count](const std::vector<at::Tensor>& in) {
+          at::Tensor x = in[0];
+          for (int64_t i = first; i < first + count; ++i) {
+            x = model->DecoderLayer(w.layers[i], x, *state, losses);
+          }
+          return x;
+        },
+        {hidden});
+    l += count;
+  }
+  if (stage.final_norm) hidden = model_->FinalNorm(hidden);
+
+  // MTP depths as in the whole-model forward.
+  at::Tensor previous = hidden;
+  for (int64_t i = 0; i < stage.mtp_layers; ++i) {
+    const MtpWeights& mtp = w.mtp[static_cast<size_t>(stage.first_mtp + i)];
+    at::Tensor embedding = model_->MtpEmbedding(state);
+    auto body = [model, &mtp, state, losses](const std::vector<at::Tensor>& in) {
+      at::Tensor x = model->MtpPrologue(mtp, in[0], in[1]);
+      x = model->DecoderLayer(mtp.layer, x, *state, losses);
+      return model->MtpFinalNorm(mtp, x);
+    };
+    at::Tensor out = plan.recomputed(stage.layers + i) ? Checkpoint(body, {embedding, previous})
+                                                       : body({embedding, previous});
+    mtp_hidden.push_back(out);
+    previous = out;
+  }
+
+  if (stage.loss) {
+    model_->PostProcess(hidden, mtp_hidden, *state, losses);
+    pass.output = losses->objective;
+    return pass;
+  }
+  std::vector<at::Tensor> stacked{hidden};
+  stacked.insert(stacked.end(), mtp_hidden.begin(), mtp_hidden.end());
+  pass.output = stacked.size() == 1 ? hidden : at::cat(stacked, 0);
+  sends->push_back(pipeline_->StartSend(pass.output, stages[stage.index + 1].pp_rank,
+                                        Tag(stage.index, state->microbatch, false)));
+  return pass;
+}
+
+void ReferenceEngine::ChunkBackward(const PipelineStage& stage, int64_t microbatch,
+                                    ChunkPassState* pass, std::vector<PendingTransfer>* sends) {
+  const std::vector<PipelineStage>& stages = model_->layout().pipeline.stages;
+  if (stage.loss) {
+    at::Tensor seed = at::full({}, model_->loss_grad_scale(), pass->output.options());
+    torch::autograd::backward({pass->output}, {seed});
+  } else {
+    at::Tensor grad =
+        pipeline_
+            ->StartRecv(pass->output.sizes().vec(), pass->output.scalar_type(),
+                        stages[stage.index + 1].pp_rank, Tag(stage.index, microbatch, true))
+            .Wait();
+    torch::autograd::backward({pass->output}, {grad});
+  }
+  if (pass->input.defined()) {
+    sends->push_back(pipeline_->StartSend(pass->input.grad(), stages[stage.index - 1].pp_rank,
+                                          Tag(stage.index - 1, microbatch, true)));
+  }
+  model_->parameters().FlushGradsToMainGrads();
+  *pass = ChunkPassState();
+}
+
+std::vector<MicrobatchLosses> ReferenceEngine::RunPipelined(std::vector<ChunkState>& microbatches) {
+  const ParallelLayout& layout = model_->layout();
+  microbatches_ = static_cast<int64_t>(microbatches.size());
+  micro_batch_ = microbatches.front().input_ids.size(0);
+  PipelineScheduleConfig config;
+  config.pp = layout.pp_size;
+  config.vpp = layout.pipeline.vpp;
+  config.microbatches = microbatches_;
+  std::vector<MicrobatchLosses> losses(microbatches.size());
+  std::map<std::pair<int64_t, int64_t>, ChunkPassState> live;  // (chunk, microbatch)
+  std::vector<PendingTransfer> sends;
+  for (const PipelineStep& step : PipelineSchedule(config, layout.pp_rank)) {
+    if (step.forward.valid()) {
+      const int64_t c = step.forward.chunk, m = step.forward.microbatch;
+      live[{c, m}] = ChunkForward(layout.pipeline.stage(layout.pp_rank, c),
+                                  microbatches[static_cast<size_t>(m)],
+                                  &losses[static_cast<size_t>(m)], &sends);
+      MemoryTimeline::Mark("forward c" + std::to_string(c) + " mb" + std::to_string(m));
+    }
+    if (step.backward.valid()) {
+      const int64_t c = step.backward.chunk, m = step.backward.microbatch;
+      ChunkBackward(layout.pipeline.stage(layout.pp_rank, c), m, &live[{c, m}], &sends);
+      live.erase({c, m});
+      MemoryTimeline::Mark("backward c" + std::to_string(c) + " mb" + std::to_string(m));
+    }
+  }
+  for (PendingTransfer& send : sends) send.Wait();
+  for (MicrobatchLosses& l : losses) l.objective = at::Tensor();
+  return losses;
 }
 
 }  // namespace bitparity

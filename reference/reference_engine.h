@@ -5,10 +5,21 @@
 // forward as one autograd graph with Megatron-style full activation recompute (checkpointed
 // layer groups per the recompute plan), each backward as one call, and each microbatch's
 // gradients flushed into the fp32 main grads right after its backward.
+//
+// With pipeline parallelism each rank runs its model chunks in Megatron's (interleaved) 1F1B
+// order (core/pipeline_schedule.h), a forward then a backward per steady step: a chunk's forward
+// receives its input from the previous stage (or embeds the tokens), runs its layers under the
+// recompute plan counted within the chunk (as Megatron's TransformerBlock counts it) and sends
+// its output on (an MTP stage sends the main and MTP hidden states stacked along dim 0); its
+// backward receives the output's gradient (or seeds the loss) and sends the input's gradient
+// back.
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/communicator.h"
+#include "core/pipeline_layout.h"
 #include "core/recompute_plan.h"
 #include "model/engine.h"
 #include "model/gpt.h"
@@ -17,7 +28,9 @@ namespace bitparity {
 
 class ReferenceEngine : public Engine {
  public:
-  ReferenceEngine(GptModel* model, const RecomputeConfig& recompute);
+  // `pipeline`: this rank's pipeline group when pp > 1, else null.
+  ReferenceEngine(GptModel* model, const RecomputeConfig& recompute,
+                  std::shared_ptr<Communicator> pipeline = nullptr);
 
   std::vector<MicrobatchLosses> RunIteration(std::vector<ChunkState>& microbatches) override;
   std::vector<std::string> warnings() const override { return plan_.warnings; }
@@ -32,9 +45,30 @@ class ReferenceEngine : public Engine {
   // Recompute unit "chunk": every decoder and MTP layer in one checkpoint.
   void WholeChunkForward(ChunkState* state, MicrobatchLosses* losses);
 
+  // The pipeline path.
+  std::vector<MicrobatchLosses> RunPipelined(std::vector<ChunkState>& microbatches);
+  // A chunk's forward of one microbatch: returns the output (sent on) or, on the loss stage,
+  // fills `losses`.
+  struct ChunkPassState {
+    std::shared_ptr<ChunkState> state;  // read again by checkpoint replays in the backward
+    at::Tensor input;                   // the received input (a leaf), undefined on the first stage
+    at::Tensor output;                  // what was sent on, or the objective on the loss stage
+  };
+  ChunkPassState ChunkForward(const PipelineStage& stage, const ChunkState& microbatch,
+                              MicrobatchLosses* losses, std::vector<PendingTransfer>* sends);
+  void ChunkBackward(const PipelineStage& stage, int64_t microbatch, ChunkPassState* pass,
+                     std::vector<PendingTransfer>* sends);
+  // Rows of the activation that enters stage `index`: micro_batch x (1 + MTP depths before it).
+  std::vector<int64_t> ActivationShape(int64_t index) const;
+  int64_t Tag(int64_t stage, int64_t microbatch, bool gradient) const;
+
   GptModel* model_;
+  RecomputeConfig recompute_;
   RecomputePlan plan_;
   bool whole_chunk_;
+  std::shared_ptr<Communicator> pipeline_;
+  int64_t microbatches_ = 0;  // of this iteration
+  int64_t micro_batch_ = 0;   // samples per microbatch
 };
 
 }  // namespace bitparity

@@ -16,16 +16,20 @@
 namespace bitparity {
 namespace {
 
+// The P2P tag of the embedding-gradient exchange (apart from the engines' activation tags).
+constexpr int64_t kEmbeddingGradTag = int64_t{1} << 30;
+
 uint64_t TensorDigest(const at::Tensor& t) {
   at::Tensor c = t.cpu().contiguous();
   return Digest(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
 }
 
 std::unique_ptr<Engine> MakeEngine(const ArmConfig& arm, GptModel* model, int64_t microbatches,
-                                   const InjectedBugs& bugs) {
+                                   const InjectedBugs& bugs,
+                                   std::shared_ptr<Communicator> pipeline) {
   switch (arm.engine) {
     case EngineKind::kReference:
-      return std::make_unique<ReferenceEngine>(model, arm.recompute);
+      return std::make_unique<ReferenceEngine>(model, arm.recompute, std::move(pipeline));
     case EngineKind::kOverlap:
       return std::make_unique<OverlapEngine>(model, arm.recompute, microbatches, bugs.overlap);
   }
@@ -42,13 +46,20 @@ Trainer::Trainer(const Recipe& recipe, const ArmConfig& arm, const ParallelLayou
       layout_(layout),
       comm_(std::move(comm)),
       corpus_(recipe.train.seed, recipe.model.vocab, recipe.data.branching) {
+  layout_.pipeline = recipe.pipeline();
+  ep_comm_ = comm_;
+  if (layout_.pp_size > 1) {
+    // Every rank joins its stage's EP group, then its pipeline.
+    ep_comm_ = comm_->Subgroup("ep/" + std::to_string(layout_.pp_rank), layout_.EpGroup());
+    pp_comm_ = comm_->Subgroup("pp/" + std::to_string(layout_.ep_rank), layout_.PipelineGroup());
+  }
   const ModelConfig config = recipe.model_of(arm);
   const double loss_grad_scale =
       1.0 / static_cast<double>(recipe.microbatches_per_rank() * layout.dp_size);
   ops::CheckNativeFp8Support(arm.precision, comm_->device(), arm.precision_table);
-  model_ = std::make_unique<GptModel>(config, layout, arm.precision, arm.dispatcher,
-                                      recipe.train.seed, loss_grad_scale, comm_, bugs.model);
-  engine_ = MakeEngine(arm, model_.get(), recipe.microbatches_per_rank(), bugs);
+  model_ = std::make_unique<GptModel>(config, layout_, arm.precision, arm.dispatcher,
+                                      recipe.train.seed, loss_grad_scale, ep_comm_, bugs.model);
+  engine_ = MakeEngine(arm, model_.get(), recipe.microbatches_per_rank(), bugs, pp_comm_);
   optimizer_ = std::make_unique<AdamOptimizer>(recipe.train, &model_->parameters());
   warnings_ = engine_->warnings();
 }
@@ -101,7 +112,7 @@ void Trainer::ReduceDataParallelGrads() {
   for (Parameter& p : model_->parameters().all()) {
     if (!p.is_expert) replicated.push_back(p.main_grad.reshape({-1}));
   }
-  at::Tensor summed = comm_->AllReduceSumOrdered(at::cat(replicated));
+  at::Tensor summed = ep_comm_->AllReduceSumOrdered(at::cat(replicated));
   int64_t offset = 0;
   for (Parameter& p : model_->parameters().all()) {
     if (p.is_expert) continue;
@@ -111,14 +122,84 @@ void Trainer::ReduceDataParallelGrads() {
   }
 }
 
-double Trainer::GlobalGradNorm() {
-  double replicated = 0, expert = 0;
-  for (const Parameter& p : model_->parameters().all()) {
-    double sq = p.main_grad.to(at::kDouble).pow(2).sum().item<double>();
-    (p.is_expert ? expert : replicated) += sq;
+void Trainer::SumEmbeddingCopies() {
+  if (!pp_comm_ || recipe_.model.mtp_layers == 0) return;
+  const PipelineLayout& pipeline = layout_.pipeline;
+  int64_t mtp_rank = 0;
+  for (const PipelineStage& s : pipeline.stages) {
+    if (s.mtp_layers > 0) mtp_rank = s.pp_rank;
   }
-  double total = replicated;
-  for (const at::Tensor& part : comm_->AllGather(at::full({1}, expert, at::kDouble))) {
+  if (layout_.pp_rank != 0 && layout_.pp_rank != mtp_rank) return;
+  for (Parameter& p : model_->parameters().all()) {
+    if (p.name != "embedding") continue;
+    // Both ranks add the first stage's gradient and the copy's, in that order.
+    const int64_t peer = layout_.pp_rank == 0 ? mtp_rank : 0;
+    PendingTransfer send = pp_comm_->StartSend(p.main_grad, peer, kEmbeddingGradTag);
+    at::Tensor other = pp_comm_
+                           ->StartRecv(p.main_grad.sizes().vec(), p.main_grad.scalar_type(), peer,
+                                       kEmbeddingGradTag)
+                           .Wait();
+    send.Wait();
+    at::Tensor sum = layout_.pp_rank == 0 ? p.main_grad + other : other + p.main_grad;
+    p.main_grad.copy_(sum);
+    return;
+  }
+}
+
+std::vector<std::vector<double>> Trainer::GatherOverStages(
+    const std::vector<std::vector<double>>& local) {
+  const size_t stages = layout_.pipeline.stages.size();
+  if (!pp_comm_) return local;
+  // Flattened as: for each stage of this rank, its index, its count, its values.
+  std::vector<double> flat;
+  for (size_t s = 0; s < stages; ++s) {
+    if (layout_.pipeline.stages[s].pp_rank != layout_.pp_rank) continue;
+    flat.push_back(static_cast<double>(s));
+    flat.push_back(static_cast<double>(local[s].size()));
+    flat.insert(flat.end(), local[s].begin(), local[s].end());
+  }
+  int64_t longest = 0;
+  for (const at::Tensor& n :
+       pp_comm_->AllGather(at::full({1}, static_cast<int64_t>(flat.size()), at::kLong))) {
+    longest = std::max(longest, n.item<int64_t>());
+  }
+  at::Tensor mine = at::full({longest + 1}, -1.0, at::kDouble);
+  mine[0] = static_cast<double>(flat.size());
+  for (size_t i = 0; i < flat.size(); ++i) mine[static_cast<int64_t>(i) + 1] = flat[i];
+  std::vector<std::vector<double>> all(stages);
+  for (const at::Tensor& part : pp_comm_->AllGather(mine)) {
+    at::Tensor host = part.cpu().contiguous();
+    const double* v = host.data_ptr<double>();
+    const int64_t length = static_cast<int64_t>(v[0]);
+    for (int64_t i = 1; i < length + 1;) {
+      const size_t stage = static_cast<size_t>(v[i]);
+      const int64_t count = static_cast<int64_t>(v[i + 1]);
+      all[stage].assign(v + i + 2, v + i + 2 + count);
+      i += 2 + count;
+    }
+  }
+  return all;
+}
+
+double Trainer::GlobalGradNorm() {
+  // Each parameter's squared sum, by stage in registration order (the whole model's order within
+  // a stage), then summed stage by stage in virtual order: the same additions in the same order
+  // whatever the pipeline layout. The embedding counts once (the MTP stage's copy is skipped).
+  const size_t stages = layout_.pipeline.stages.size();
+  std::vector<std::vector<double>> replicated(stages), expert(stages);
+  for (const Parameter& p : model_->parameters().all()) {
+    if (p.embedding_copy) continue;
+    double sq = p.main_grad.to(at::kDouble).pow(2).sum().item<double>();
+    (p.is_expert ? expert : replicated)[static_cast<size_t>(p.stage)].push_back(sq);
+  }
+  replicated = GatherOverStages(replicated);
+  expert = GatherOverStages(expert);
+  double total = 0, mine = 0;
+  for (size_t s = 0; s < stages; ++s) {
+    for (double v : replicated[s]) total += v;
+    for (double v : expert[s]) mine += v;
+  }
+  for (const at::Tensor& part : ep_comm_->AllGather(at::full({1}, mine, at::kDouble))) {
     total += part.item<double>();
   }
   return std::sqrt(total);
@@ -155,7 +236,8 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   MemoryTracker::ResetPeak();
   MemoryTimeline::SetIteration(iteration);
   MemoryTimeline::Mark("iteration start");
-  comm_->ResetStats();
+  ep_comm_->ResetStats();
+  if (pp_comm_) pp_comm_->ResetStats();
   params.ZeroMainGrads();
   std::vector<MicrobatchLosses> losses;
   {
@@ -163,13 +245,14 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
     losses = engine_->RunIteration(microbatches);
   }
   ReduceDataParallelGrads();
+  SumEmbeddingCopies();
   ApplyPerturbation(iteration);
 
   IterationRecord record;
   record.iteration = iteration;
-  record.comm_seconds = comm_->stats().in_flight_seconds;
-  record.comm_exposed_seconds = comm_->stats().exposed_seconds;
-  record.comm_count = comm_->stats().count;
+  record.comm_seconds = ep_comm_->stats().in_flight_seconds;
+  record.comm_exposed_seconds = ep_comm_->stats().exposed_seconds;
+  record.comm_count = ep_comm_->stats().count;
   auto record_start = std::chrono::steady_clock::now();
   for (const Parameter& p : params.all()) {
     at::Tensor grad = p.main_grad.cpu().contiguous();
@@ -202,24 +285,64 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   record.record_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count();
 
-  // Loss terms: this rank's means in microbatch order; the global loss summed in rank order.
+  // Loss terms: this pipeline's means in microbatch order (the loss stage's values; the aux
+  // losses of every stage's layers, layer by layer); the global loss summed in EP rank order.
   const double microbatches = static_cast<double>(losses.size());
-  double lm = 0, mtp = 0, aux = 0, objective = 0;
-  int64_t mtp_terms = 0;
-  for (const MicrobatchLosses& l : losses) {
-    lm += l.lm_loss;
-    objective += l.objective_value;
-    for (float v : l.mtp_losses) {
-      mtp += v;
-      ++mtp_terms;
+  const int64_t model_layers = recipe_.model.layers + recipe_.model.mtp_layers;
+  std::vector<std::vector<double>> terms(layout_.pipeline.stages.size());
+  std::vector<double>& own = terms[static_cast<size_t>(layout_.pipeline.stages.back().index)];
+  std::vector<double> aux_by_layer;  // [microbatch][layer]; NaN where a layer has no aux loss
+  {
+    double lm = 0, mtp = 0, objective = 0;
+    int64_t mtp_terms = 0;
+    for (const MicrobatchLosses& l : losses) {
+      lm += l.lm_loss;
+      objective += l.objective_value;
+      for (float v : l.mtp_losses) {
+        mtp += v;
+        ++mtp_terms;
+      }
+      for (int64_t layer = 0; layer < model_layers; ++layer) {
+        const auto it = l.aux_losses.find(layer);
+        aux_by_layer.push_back(it == l.aux_losses.end() ? std::nan("") : it->second);
+      }
     }
-    for (const auto& [layer, v] : l.aux_losses) aux += v;
+    own = {lm, mtp, static_cast<double>(mtp_terms), objective};
   }
-  record.lm_loss = static_cast<float>(lm / microbatches);
-  record.mtp_loss = mtp_terms ? static_cast<float>(mtp / mtp_terms) : 0.0f;
+  // Every stage's aux losses travel as that stage's values; the loss stage's terms as its own.
+  std::vector<std::vector<double>> aux_of_stage(layout_.pipeline.stages.size());
+  for (const PipelineStage& s : layout_.pipeline.stages) {
+    if (s.pp_rank == layout_.pp_rank) aux_of_stage[static_cast<size_t>(s.index)] = aux_by_layer;
+  }
+  if (pp_comm_) {
+    const bool holds_loss = layout_.pipeline.stages.back().pp_rank == layout_.pp_rank;
+    if (!holds_loss) own.clear();
+    terms = GatherOverStages(terms);
+    aux_of_stage = GatherOverStages(aux_of_stage);
+  }
+  const std::vector<double>& loss_terms = terms.back();
+  double aux = 0;
+  for (size_t m = 0; m < losses.size(); ++m) {
+    for (int64_t layer = 0; layer < model_layers; ++layer) {
+      const PipelineStage* owner = nullptr;
+      for (const PipelineStage& s : layout_.pipeline.stages) {
+        const bool decoder = layer < s.first_layer + s.layers && layer >= s.first_layer;
+        const int64_t depth = layer - recipe_.model.layers;
+        const bool mtp = depth >= s.first_mtp && depth < s.first_mtp + s.mtp_layers;
+        if (s.layers + s.mtp_layers > 0 && (decoder || mtp)) owner = &s;
+      }
+      const double v =
+          aux_of_stage[static_cast<size_t>(owner->index)]
+                      [m * static_cast<size_t>(model_layers) + static_cast<size_t>(layer)];
+      if (!std::isnan(v)) aux += static_cast<float>(v);
+    }
+  }
+  record.lm_loss = static_cast<float>(loss_terms[0] / microbatches);
+  const double mtp_terms = loss_terms[2];
+  record.mtp_loss = mtp_terms > 0 ? static_cast<float>(loss_terms[1] / mtp_terms) : 0.0f;
   record.aux_loss = static_cast<float>(aux / microbatches);
   double global = 0;
-  for (const at::Tensor& part : comm_->AllGather(at::full({1}, objective, at::kDouble))) {
+  for (const at::Tensor& part : ep_comm_->AllGather(at::full({1}, loss_terms[3], at::kDouble))) {
     global += part.item<double>();
   }
   record.loss = static_cast<float>(global / (microbatches * static_cast<double>(layout_.dp_size)));

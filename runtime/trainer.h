@@ -59,13 +59,20 @@ class Trainer {
 
  private:
   void ReduceDataParallelGrads();
+  // The first stage's and the MTP stage's embedding gradients, summed in that order on both.
+  void SumEmbeddingCopies();
   double GlobalGradNorm();
+  // `local` per pipeline stage this rank holds, gathered from every rank of its pipeline: the
+  // values of every stage, in virtual order.
+  std::vector<std::vector<double>> GatherOverStages(const std::vector<std::vector<double>>& local);
   void ApplyPerturbation(int64_t iteration);
 
   const Recipe& recipe_;
   ArmConfig arm_;
   ParallelLayout layout_;
-  std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<Communicator> comm_;     // the world
+  std::shared_ptr<Communicator> ep_comm_;  // this rank's stage (the world when pp = 1)
+  std::shared_ptr<Communicator> pp_comm_;  // this rank's pipeline (null when pp = 1)
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<AdamOptimizer> optimizer_;

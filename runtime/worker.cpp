@@ -49,7 +49,7 @@ int Run(const WorkerRequest& request) {
   const int64_t stop_after = request.stop_after;
   RankContext context = RankContextFromEnvironment();
   ParallelLayout layout = ParallelLayout::Make(context.rank, context.world_size, recipe.parallel.ep,
-                                               recipe.model.experts);
+                                               recipe.model.experts, recipe.parallel.pp);
   const DebugSwitches switches = ReadDebugSwitches();
   const FaultPlan& fault = switches.fault;
   if (!std::filesystem::is_directory(out_dir)) {
@@ -82,7 +82,9 @@ int Run(const WorkerRequest& request) {
   for (const std::string& w : trainer.warnings()) std::cerr << "warning: " << w << "\n";
 
   // The memory model's prediction for this arm, from probes of this rank's model (collective).
-  {
+  // It models one stage holding the whole model; with a pipeline the trace carries no
+  // prediction (the recipe reader refuses a memory-model gate there).
+  if (recipe.parallel.pp == 1) {
     MemoryProbe probe = ProbeMemory(trainer.model(), trainer.MakeMicrobatches(1).front());
     const ModelConfig& model = trainer.model().config();  // the arm's, resolved once
     MemoryPrediction prediction = PredictPeak(probe, arm, model, recipe.microbatches_per_rank(),

@@ -143,6 +143,31 @@ std::vector<BadRecipe> BadRecipes() {
       {"unknown_fp8_backend",
        Replace(v, "recipe = \"bf16\"", "recipe = \"mxfp8\"\nfp8_backend = \"tensorcore\""),
        "[precision] fp8_backend must be one of"},
+      {"pipeline_uneven_split", Replace(v, "ep = 2", "ep = 2\npp = 2"),
+       "[model] layers = 3 does not split evenly over [parallel] pp x vpp = 2 x 1 = 2 stages; "
+       "make layers a multiple of 2 or place the layers with [model] pipeline_layout, e.g. "
+       "\"Ett|tmL\""},
+      {"pipeline_layout_letter",
+       Replace(Replace(v, "ep = 2", "ep = 2\npp = 2"), "hidden = 32",
+               "hidden = 32\npipeline_layout = \"Etx|ttmL\""),
+       "[model] pipeline_layout \"Etx|ttmL\" has an unknown letter 'x' in stage 0"},
+      {"pipeline_vpp_conflict",
+       Replace(Replace(v, "ep = 2", "ep = 2\npp = 2\nvpp = 3"), "hidden = 32",
+               "hidden = 32\npipeline_layout = \"Et|t||tmL\""),
+       "[parallel] vpp = 3 conflicts with [model] pipeline_layout, whose 4 stages over pp = 2 "
+       "make vpp 2"},
+      {"pipeline_microbatches",
+       Replace(Replace(Replace(v, "ep = 2", "ep = 2\npp = 2"), "hidden = 32",
+                       "hidden = 32\npipeline_layout = \"Et|t||tmL\""),
+               "global_batch = 8", "global_batch = 12"),
+       "[arms.reference] [parallel] 3 microbatches leave 1 after the last full group of 2; the "
+       "interleaved schedule needs 0 or at least pp = 2 left"},
+      {"pipeline_overlap_engine",
+       Replace(Replace(v, "ep = 2", "ep = 2\npp = 2"), "hidden = 32",
+               "hidden = 32\npipeline_layout = \"Et|t||tmL\"") +
+           "\n[arms.overlap]\nengine = \"overlap\"\n",
+       "[arms.overlap] the overlap engine does not run pipeline parallelism yet ([parallel] pp "
+       "= 2)"},
   };
 }
 

@@ -22,8 +22,8 @@ RankRecords TrainOnThreads(const Recipe& recipe, const std::string& arm,
       [&](int64_t rank, Communicator& comm) {
         // Each thread owns its communicator; the trainer only borrows it.
         std::shared_ptr<Communicator> borrowed(&comm, [](Communicator*) {});
-        ParallelLayout layout =
-            ParallelLayout::Make(rank, world, recipe.parallel.ep, recipe.model.experts);
+        ParallelLayout layout = ParallelLayout::Make(rank, world, recipe.parallel.ep,
+                                                     recipe.model.experts, recipe.parallel.pp);
         Trainer trainer(recipe, recipe.arm(arm), layout, borrowed, options.bugs);
         if (options.on_trainer) options.on_trainer(rank, trainer);
         records.params[static_cast<size_t>(rank)] = trainer.DescribeRank().param_names;

@@ -41,6 +41,15 @@ at::Tensor TransportView(const at::Tensor& t) {
   return t;
 }
 
+// Waits for a collective's work; its failure (a peer gone, a timeout) is an infrastructure fault.
+void WaitFor(c10d::Work& work, const char* what) {
+  try {
+    work.wait();
+  } catch (const std::exception& e) {
+    throw InfrastructureError(std::string(what) + " failed: " + e.what());
+  }
+}
+
 void CheckSplits(const at::Tensor& t, const std::vector<int64_t>& splits, int64_t world,
                  const char* what) {
   if (static_cast<int64_t>(splits.size()) != world) {
@@ -117,11 +126,7 @@ at::Tensor PendingAllToAll::Wait() {
     cuda_->wait_end.record(compute);
     owner_->unresolved_.push_back(cuda_);
   } else if (work_) {
-    try {
-      work_->wait();
-    } catch (const std::exception& e) {
-      throw InfrastructureError(std::string("all-to-all failed: ") + e.what());
-    }
+    WaitFor(*work_, "all-to-all");
     if (staged_output_.defined()) output_.copy_(staged_output_);
   }
   waited_ = true;
@@ -335,68 +340,63 @@ void CheckPeer(int64_t peer, int64_t rank, int64_t world, const char* what) {
 
 }  // namespace
 
-PendingTransfer Communicator::StartSend(const at::Tensor& tensor, int64_t peer, int64_t tag) {
-  CheckPeer(peer, rank_, world_size_, "send");
+PendingTransfer Communicator::StartTransfer(const char* what, int64_t peer,
+                                            const std::function<int64_t(PendingTransfer*)>& post) {
+  CheckPeer(peer, rank_, world_size_, what);
   PendingTransfer transfer;
   transfer.owner_ = this;
-  transfer.tensor_ = tensor;
   try {
+    stats_.p2p.bytes += post(&transfer);
+    ++stats_.p2p.count;
+  } catch (const std::exception& e) {
+    throw InfrastructureError(std::string(what) + " with rank " + std::to_string(peer) +
+                              " could not start: " + e.what());
+  }
+  return transfer;
+}
+
+PendingTransfer Communicator::StartSend(const at::Tensor& tensor, int64_t peer, int64_t tag) {
+  return StartTransfer("send", peer, [&](PendingTransfer* transfer) {
     // NCCL: the send is queued behind the compute stream's work; Gloo: through the host.
     const bool gloo = transport_ != Transport::kNccl || tensor.device() != device_;
     at::Tensor in = tensor.to(gloo ? at::Device(at::kCPU) : device_).contiguous();
     if (gloo) in = TransportView(in);
     std::vector<at::Tensor> tensors{in};
-    transfer.work_ = group_->send(tensors, static_cast<int>(peer), static_cast<int>(tag));
-    transfer.keep_ = in;
-    stats_.p2p_bytes += static_cast<int64_t>(in.nbytes());
-    ++stats_.p2p_count;
-  } catch (const std::exception& e) {
-    throw InfrastructureError("send to rank " + std::to_string(peer) +
-                              " could not start: " + e.what());
-  }
-  return transfer;
+    transfer->work_ = group_->send(tensors, static_cast<int>(peer), static_cast<int>(tag));
+    transfer->tensor_ = tensor;
+    transfer->keep_ = in;
+    return static_cast<int64_t>(in.nbytes());
+  });
 }
 
 PendingTransfer Communicator::StartRecv(const std::vector<int64_t>& shape, at::ScalarType dtype,
                                         int64_t peer, int64_t tag) {
-  CheckPeer(peer, rank_, world_size_, "receive");
-  PendingTransfer transfer;
-  transfer.owner_ = this;
-  try {
+  return StartTransfer("receive", peer, [&](PendingTransfer* transfer) {
     const bool gloo = transport_ != Transport::kNccl;
     at::Tensor buffer = at::empty(
         shape, at::TensorOptions().dtype(dtype).device(gloo ? at::Device(at::kCPU) : device_));
     std::vector<at::Tensor> tensors{gloo ? TransportView(buffer) : buffer};
-    transfer.work_ = group_->recv(tensors, static_cast<int>(peer), static_cast<int>(tag));
+    transfer->work_ = group_->recv(tensors, static_cast<int>(peer), static_cast<int>(tag));
     if (buffer.device() == device_) {
-      transfer.tensor_ = buffer;
+      transfer->tensor_ = buffer;
     } else {
-      transfer.tensor_ = at::empty(shape, buffer.options().device(device_));
-      transfer.staged_ = buffer;
+      transfer->tensor_ = at::empty(shape, buffer.options().device(device_));
+      transfer->staged_ = buffer;
     }
-    stats_.p2p_bytes += static_cast<int64_t>(buffer.nbytes());
-    ++stats_.p2p_count;
-  } catch (const std::exception& e) {
-    throw InfrastructureError("receive from rank " + std::to_string(peer) +
-                              " could not start: " + e.what());
-  }
-  return transfer;
+    return static_cast<int64_t>(buffer.nbytes());
+  });
 }
 
 at::Tensor PendingTransfer::Wait() {
   if (waited_) return tensor_;
   const int64_t wait_begin = SteadyNanoseconds();
-  try {
-    work_->wait();
-  } catch (const std::exception& e) {
-    throw InfrastructureError(std::string("point-to-point transfer failed: ") + e.what());
-  }
+  WaitFor(*work_, "point-to-point transfer");
   if (staged_.defined()) tensor_.copy_(staged_);
   waited_ = true;
   keep_ = at::Tensor();
   staged_ = at::Tensor();
   work_.reset();
-  if (owner_) owner_->stats_.p2p_exposed_seconds += (SteadyNanoseconds() - wait_begin) * 1e-9;
+  if (owner_) owner_->stats_.p2p.exposed_seconds += (SteadyNanoseconds() - wait_begin) * 1e-9;
   return tensor_;
 }
 

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -39,16 +40,18 @@ namespace bitparity {
 // Time spent in all-to-alls: in flight (start to completion) and exposed (the consumer waiting
 // for them). Their ratio says how much communication ran hidden under other work. On GPUs both
 // come from CUDA events (the comm stream's start and end, the compute stream's wait).
-struct CommStats {
-  double in_flight_seconds = 0;
+// Point-to-point transfers between pipeline stages: how many, their bytes, and the time the
+// caller spent waiting for them (a send waits for its bytes to leave, a receive for them to
+// arrive).
+struct TransferStats {
+  int64_t count = 0, bytes = 0;
   double exposed_seconds = 0;
+};
+
+struct CommStats {
+  double in_flight_seconds = 0, exposed_seconds = 0;
   int64_t count = 0;
-  // Point-to-point transfers between pipeline stages: how many, their bytes, and the time the
-  // caller spent waiting for them (a send waits for its bytes to leave, a receive for them to
-  // arrive).
-  int64_t p2p_count = 0;
-  int64_t p2p_bytes = 0;
-  double p2p_exposed_seconds = 0;
+  TransferStats p2p;
 };
 
 enum class Transport { kLocal, kGloo, kNccl, kGlooHostStaged };
@@ -172,6 +175,10 @@ class Communicator {
   friend class PendingAllToAll;
   friend class PendingTransfer;
   Communicator() = default;
+  // Checks `peer`, runs `post` (which posts the transfer and returns its bytes), counts it, and
+  // maps a failure to start to an InfrastructureError naming `what` and the peer.
+  PendingTransfer StartTransfer(const char* what, int64_t peer,
+                                const std::function<int64_t(PendingTransfer*)>& post);
   // The device collectives of this transport work on (cuda for NCCL, else cpu).
   at::Device transport_device() const;
 

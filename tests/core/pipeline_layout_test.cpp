@@ -98,51 +98,44 @@ TEST(PipelineLayout, AnUnevenSplitSaysHowToFixIt) {
   EXPECT_NO_THROW(ParsePipelineLayout("Ett|tt|t|tmL", 2, 6, 1));
 }
 
+// Each rule of the layout with its message: (layout, pp, layers, mtp_layers, message).
+struct LayoutRule {
+  std::string text;
+  int64_t pp, layers, mtp_layers;
+  std::string message;
+};
+
 TEST(PipelineLayout, EveryRuleHasItsMessage) {
-  EXPECT_EQ(ErrorOf("Et|t|tL", 2, 3, 0),
-            "\"Et|t|tL\" has 3 stages, not a multiple of [parallel] pp = 2 (the stages are the "
-            "model chunks of every pipeline rank, chunk 0 of each rank first: pp x vpp of them)");
-  EXPECT_EQ(ErrorOf("Etx|tL", 2, 2, 0),
-            "\"Etx|tL\" has an unknown letter 'x' in stage 0 (\"Etx\"); the letters are E "
-            "(embedding), t (decoder layer), m (MTP layer), L (loss), with '|' between stages");
-  EXPECT_EQ(ErrorOf("t|EtL", 2, 2, 0),
-            "\"t|EtL\" has 'E' in stage 1 (\"EtL\"): the embedding comes first in the first stage");
-  EXPECT_EQ(ErrorOf("tE|tL", 2, 2, 0),
-            "\"tE|tL\" has 'E' in stage 0 (\"tE\"): the embedding comes first in the first stage");
-  EXPECT_EQ(ErrorOf("EtL|t", 2, 2, 0),
-            "\"EtL|t\" has 'L' in stage 0 (\"EtL\"): the loss comes last in the last stage");
-  EXPECT_EQ(ErrorOf("t|tL", 2, 2, 0),
-            "\"t|tL\" must hold 'E' (the embedding) once, first in the first stage");
-  EXPECT_EQ(ErrorOf("Et|t", 2, 2, 0),
-            "\"Et|t\" must hold 'L' (the loss) once, last in the last stage");
-  EXPECT_EQ(ErrorOf("Et|tL", 2, 3, 0),
-            "\"Et|tL\" has 2 decoder layers 't', but [model] layers = 3");
-  EXPECT_EQ(ErrorOf("Et|tL", 2, 2, 1),
-            "\"Et|tL\" has 0 MTP layers 'm', but [model] mtp_layers = 1");
-  EXPECT_EQ(ErrorOf("Et|mtL", 2, 2, 1),
-            "\"Et|mtL\" has a decoder layer 't' after an MTP layer 'm' in stage 1 (\"mtL\"): "
-            "decoder layers come before MTP layers");
-  EXPECT_EQ(ErrorOf("Et|tm|m|L", 2, 2, 2),
-            "\"Et|tm|m|L\" spreads its MTP layers over 2 stages: every 'm' must be in one stage");
-  EXPECT_EQ(ErrorOf("Et|tm|t|L", 2, 3, 1),
-            "\"Et|tm|t|L\" has a decoder layer 't' after an MTP layer 'm' in stage 2 (\"t\"): "
-            "decoder layers come before MTP layers");
-  EXPECT_EQ(ErrorOf("Et|tm|L|", 2, 2, 1),
-            "\"Et|tm|L|\" has 'L' in stage 2 (\"L\"): the loss comes last in the last stage");
-  EXPECT_EQ(ErrorOf("Et|tm|t|L", 4, 3, 1),
-            "\"Et|tm|t|L\" has a decoder layer 't' after an MTP layer 'm' in stage 2 (\"t\"): "
-            "decoder layers come before MTP layers");
-  EXPECT_EQ(ErrorOf("Et|m|t|L", 2, 2, 1),
-            "\"Et|m|t|L\" has a decoder layer 't' after an MTP layer 'm' in stage 2 (\"t\"): "
-            "decoder layers come before MTP layers");
-  EXPECT_EQ(ErrorOf("Et|tm||L", 2, 2, 1),
-            "\"Et|tm||L\" has MTP layers in chunk 0 of pipeline rank 1: they must be in a rank's "
-            "last chunk (1)");
-  EXPECT_EQ(ErrorOf("Et|t|mL|", 2, 2, 1),
-            "\"Et|t|mL|\" has 'L' in stage 2 (\"mL\"): the loss comes last in the last stage");
-  EXPECT_EQ(ErrorOf("Et|t|m|L", 2, 2, 1),
-            "\"Et|t|m|L\" has MTP layers on pipeline rank 0: with pp > 1 they must be on another "
-            "rank (rank 0 holds the embedding they read a copy of)");
+  const std::vector<LayoutRule> rules = {
+      {"Et|t|tL", 2, 3, 0,
+       "\"Et|t|tL\" has 3 stages, not a multiple of [parallel] pp = 2 (the stages are the "
+       "model chunks of every pipeline rank, chunk 0 of each rank first: pp x vpp of them)"},
+      {"Etx|tL", 2, 2, 0,
+       "\"Etx|tL\" has an unknown letter 'x' in stage 0 (\"Etx\"); the letters are E "
+       "(embedding), t (decoder layer), m (MTP layer), L (loss), with '|' between stages"},
+      {"t|EtL", 2, 2, 0,
+       "\"t|EtL\" has 'E' in stage 1 (\"EtL\"): the embedding comes first in the first stage"},
+      {"EtL|t", 2, 2, 0,
+       "\"EtL|t\" has 'L' in stage 0 (\"EtL\"): the loss comes last in the last stage"},
+      {"t|tL", 2, 2, 0, "\"t|tL\" must hold 'E' (the embedding) once, first in the first stage"},
+      {"Et|t", 2, 2, 0, "\"Et|t\" must hold 'L' (the loss) once, last in the last stage"},
+      {"Et|tL", 2, 3, 0, "\"Et|tL\" has 2 decoder layers 't', but [model] layers = 3"},
+      {"Et|tL", 2, 2, 1, "\"Et|tL\" has 0 MTP layers 'm', but [model] mtp_layers = 1"},
+      {"Et|mtL", 2, 2, 1,
+       "\"Et|mtL\" has a decoder layer 't' after an MTP layer 'm' in stage 1 (\"mtL\"): "
+       "decoder layers come before MTP layers"},
+      {"Et|tm|m|L", 2, 2, 2,
+       "\"Et|tm|m|L\" spreads its MTP layers over 2 stages: every 'm' must be in one stage"},
+      {"Et|tm||L", 2, 2, 1,
+       "\"Et|tm||L\" has MTP layers in chunk 0 of pipeline rank 1: they must be in a rank's "
+       "last chunk (1)"},
+      {"Et|t|m|L", 2, 2, 1,
+       "\"Et|t|m|L\" has MTP layers on pipeline rank 0: with pp > 1 they must be on another "
+       "rank (rank 0 holds the embedding they read a copy of)"},
+  };
+  for (const LayoutRule& r : rules) {
+    EXPECT_EQ(ErrorOf(r.text, r.pp, r.layers, r.mtp_layers), r.message) << r.text;
+  }
 }
 
 }  // namespace

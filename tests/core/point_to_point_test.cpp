@@ -33,8 +33,8 @@ TEST(PointToPoint, ReceivesMatchSendsByTagAndKeepEveryBit) {
       sends.push_back(comm.StartSend(Payload(2, at::kBFloat16), 1, 2));
       sends.push_back(comm.StartSend(Payload(3, at::kFloat), 1, 3));
       for (PendingTransfer& s : sends) s.Wait();
-      EXPECT_EQ(comm.stats().p2p_count, 3);
-      EXPECT_EQ(comm.stats().p2p_bytes, 105 * 4 + 105 * 2 + 105 * 4);
+      EXPECT_EQ(comm.stats().p2p.count, 3);
+      EXPECT_EQ(comm.stats().p2p.bytes, 105 * 4 + 105 * 2 + 105 * 4);
     } else {
       PendingTransfer third = comm.StartRecv({3, 5, 7}, at::kFloat, 0, 3);
       PendingTransfer first = comm.StartRecv({3, 5, 7}, at::kFloat, 0, 1);

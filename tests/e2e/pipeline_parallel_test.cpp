@@ -7,31 +7,24 @@
 
 #include <string>
 
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
 namespace {
 
 std::string PipelineRecipe() {
-  return testing::SmallModelTable(4, 1) + R"(pipeline_layout = "Et|tt||tmL"
-[parallel]
-ep = 2
-pp = 2
-timeout_s = 120
-[train]
-micro_batch = 2
-global_batch = 16
-iterations = 2
-lr = 1e-2
-[recompute]
-granularity = "full"
-method = "uniform"
-num_layers = 1
-[trace]
-dump_grads_at = [2]
-[arms.reference]
-engine = "reference"
-)";
+  return testing::RecipeBuilder(4, 1)
+      .Set("model.pipeline_layout", std::string("Et|tt||tmL"))
+      .Set("parallel.pp", int64_t{2})
+      .Set("parallel.timeout_s", 120.0)
+      .Set("train.global_batch", int64_t{16})
+      .Set("train.iterations", int64_t{2})
+      .Set("recompute.granularity", std::string("full"))
+      .Set("recompute.method", std::string("uniform"))
+      .Set("recompute.num_layers", int64_t{1})
+      .Arm("reference", "reference")
+      .Text();
 }
 
 TEST(PipelineParallel, RunTrainsFourRankProcessesAndReproducesItself) {

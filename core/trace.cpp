@@ -128,6 +128,9 @@ constexpr IterationColumn kIterationColumns[] = {
     {"comm_exposed_seconds", &IterationRecord::comm_exposed_seconds, true},
     {"record_seconds", &IterationRecord::record_seconds, true},
     {"comm_count", &IterationRecord::comm_count, true},
+    {"p2p_count", &IterationRecord::p2p_count, true},
+    {"p2p_bytes", &IterationRecord::p2p_bytes, true},
+    {"p2p_exposed_seconds", &IterationRecord::p2p_exposed_seconds, true},
 };
 
 // ---------------------------------------------------------------------------------------------

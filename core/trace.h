@@ -34,6 +34,9 @@ struct IterationRecord {
   double comm_seconds = 0;  // all-to-alls in flight, summed (reported)
   double comm_exposed_seconds = 0;      // of which the schedule waited for them (reported)
   int64_t comm_count = 0;               // all-to-alls completed (reported)
+  int64_t p2p_count = 0;                // pipeline point-to-point transfers (reported)
+  int64_t p2p_bytes = 0;                // their bytes (reported)
+  double p2p_exposed_seconds = 0;       // time spent waiting for them (reported)
   double record_seconds = 0;            // spent on digests and dumps for the trace (reported)
   std::vector<uint64_t> grad_digests;   // XXH3-64 of each parameter's fp32 main grad
   std::vector<uint64_t> param_digests;  // XXH3-64 of each fp32 master parameter after the step

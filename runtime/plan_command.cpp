@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "core/pipeline_schedule.h"
 #include "core/recipe.h"
 #include "core/recompute_plan.h"
 #include "overlap_impl/combined_step_plan.h"
@@ -42,13 +43,99 @@ std::string ReferenceSchedule(const Recipe& recipe, const ArmConfig& arm, bool j
   return json ? j.dump(2) + "\n" : text;
 }
 
+// The reference arm with a pipeline: per pipeline rank its stages (with each chunk's recompute
+// segments) and its 1F1B steps, the point-to-point transfers of each pass included.
+std::string PipelineReferenceSchedule(const Recipe& recipe, const ArmConfig& arm, bool json) {
+  const PipelineLayout pipeline = recipe.pipeline();
+  PipelineScheduleConfig config;
+  config.pp = recipe.parallel.pp;
+  config.vpp = pipeline.vpp;
+  config.microbatches = recipe.microbatches_per_rank();
+  nlohmann::json j;
+  j["engine"] = "reference";
+  j["pp"] = config.pp;
+  j["vpp"] = config.vpp;
+  j["microbatches"] = config.microbatches;
+  j["layout"] = pipeline.Text();
+  j["ranks"] = nlohmann::json::array();
+  std::string text = "engine reference, pipeline \"" + pipeline.Text() + "\" over pp " +
+                     std::to_string(config.pp) + " x vpp " + std::to_string(config.vpp) + ", " +
+                     std::to_string(config.microbatches) +
+                     " microbatches per pipeline rank; interleaved 1F1B, a step's forward then "
+                     "its backward\n";
+  const std::vector<std::string> stages_text = pipeline.Describe();
+  const int64_t last = static_cast<int64_t>(pipeline.stages.size()) - 1;
+  for (int64_t r = 0; r < config.pp; ++r) {
+    nlohmann::json rank;
+    rank["pp_rank"] = r;
+    rank["stages"] = nlohmann::json::array();
+    text += "pipeline " + stages_text[static_cast<size_t>(r)] + "\n";
+    for (int64_t c = 0; c < config.vpp; ++c) {
+      const PipelineStage& s = pipeline.stage(r, c);
+      const RecomputePlan plan = BuildRecomputePlan(arm.recompute, s.layers, s.mtp_layers);
+      std::string segments;
+      for (const LayerSegment& seg : plan.segments) {
+        // The chunk's plan numbers its layers from 0 and its MTP depths after them.
+        LayerSegment global = seg;
+        global.first_layer = seg.mtp
+                                 ? recipe.model.layers + s.first_mtp + seg.first_layer - s.layers
+                                 : s.first_layer + seg.first_layer;
+        segments += (segments.empty() ? "" : " ") + FormatSegment(global, recipe.model.layers);
+      }
+      rank["stages"].push_back({{"chunk", c}, {"stage", s.index}, {"recompute", segments}});
+      text += "  chunk " + std::to_string(c) + " (stage " + std::to_string(s.index) +
+              "): recompute " + (segments.empty() ? "none" : segments) + "\n";
+    }
+    rank["order"] = nlohmann::json::array();
+    text += "  order:\n";
+    for (const PipelineStep& step : PipelineSchedule(config, r)) {
+      std::vector<std::string> ops;
+      if (step.forward.valid()) {
+        const PipelineStage& s = pipeline.stage(r, step.forward.chunk);
+        const std::string mb = std::to_string(step.forward.microbatch);
+        if (s.index > 0) {
+          ops.push_back("recv activation mb" + mb + " from stage " + std::to_string(s.index - 1) +
+                        " (rank " + std::to_string(pipeline.stages[s.index - 1].pp_rank) + ")");
+        }
+        ops.push_back("forward chunk " + std::to_string(step.forward.chunk) + " mb" + mb);
+        if (s.index < last) {
+          ops.push_back("send activation mb" + mb + " to stage " + std::to_string(s.index + 1) +
+                        " (rank " + std::to_string(pipeline.stages[s.index + 1].pp_rank) + ")");
+        }
+      }
+      if (step.backward.valid()) {
+        const PipelineStage& s = pipeline.stage(r, step.backward.chunk);
+        const std::string mb = std::to_string(step.backward.microbatch);
+        if (s.index < last) {
+          ops.push_back("recv gradient mb" + mb + " from stage " + std::to_string(s.index + 1) +
+                        " (rank " + std::to_string(pipeline.stages[s.index + 1].pp_rank) + ")");
+        }
+        ops.push_back("backward chunk " + std::to_string(step.backward.chunk) + " mb" + mb);
+        if (s.index > 0) {
+          ops.push_back("send gradient mb" + mb + " to stage " + std::to_string(s.index - 1) +
+                        " (rank " + std::to_string(pipeline.stages[s.index - 1].pp_rank) + ")");
+        }
+      }
+      for (const std::string& op : ops) {
+        rank["order"].push_back(op);
+        text += "    " + op + "\n";
+      }
+    }
+    j["ranks"].push_back(rank);
+  }
+  return json ? j.dump(2) + "\n" : text;
+}
+
 }  // namespace
 
 int PrintPlan(const std::string& recipe_path, const std::string& arm_name, bool json) {
   Recipe recipe = LoadRecipe(recipe_path);
   const ArmConfig& arm = recipe.arm(arm_name);
   if (arm.engine == EngineKind::kReference) {
-    std::fputs(ReferenceSchedule(recipe, arm, json).c_str(), stdout);
+    const std::string schedule = recipe.parallel.pp > 1
+                                     ? PipelineReferenceSchedule(recipe, arm, json)
+                                     : ReferenceSchedule(recipe, arm, json);
+    std::fputs(schedule.c_str(), stdout);
     return kExitPass;
   }
   CombinedStepPlan plan =

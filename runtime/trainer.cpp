@@ -253,6 +253,11 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   record.comm_seconds = ep_comm_->stats().in_flight_seconds;
   record.comm_exposed_seconds = ep_comm_->stats().exposed_seconds;
   record.comm_count = ep_comm_->stats().count;
+  if (pp_comm_) {
+    record.p2p_count = pp_comm_->stats().p2p.count;
+    record.p2p_bytes = pp_comm_->stats().p2p.bytes;
+    record.p2p_exposed_seconds = pp_comm_->stats().p2p.exposed_seconds;
+  }
   auto record_start = std::chrono::steady_clock::now();
   for (const Parameter& p : params.all()) {
     at::Tensor grad = p.main_grad.cpu().contiguous();

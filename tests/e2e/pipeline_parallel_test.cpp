@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "core/trace.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 
@@ -35,6 +36,15 @@ TEST(PipelineParallel, RunTrainsFourRankProcessesAndReproducesItself) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("PASS   reference reproduces itself  bit-identical"), std::string::npos)
       << r.output;
+  // Every rank moved activations or gradients between stages, and the trace says how many.
+  const Trace trace = ReadTrace(dir.File("out/reference/run1/trace.h5"));
+  ASSERT_EQ(trace.ranks.size(), 4u);
+  for (const RankTrace& rank : trace.ranks) {
+    for (const IterationRecord& it : rank.iterations) {
+      EXPECT_GT(it.p2p_count, 0) << "rank " << rank.rank << ", iteration " << it.iteration;
+      EXPECT_GT(it.p2p_bytes, 0) << "rank " << rank.rank << ", iteration " << it.iteration;
+    }
+  }
 }
 
 TEST(PipelineParallel, ValidatePrintsStagesAndSchedules) {
@@ -47,6 +57,25 @@ TEST(PipelineParallel, ValidatePrintsStagesAndSchedules) {
         "rank 0: [E t0] [empty]", "rank 1: [t1 t2] [t3 m0 L]",
         "rank 1: F0.0 F0.1 | [F1.0+B1.0] [F1.1+B1.1] [F0.2+B0.0] [F0.3+B0.1] [F1.2+B1.2] "
         "[F1.3+B1.3] | B0.2 B0.3"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
+}
+
+// `plan` lists each pipeline rank's passes with their transfers: rank 1 receives chunk 0's
+// input from stage 0 on rank 0 and sends its gradient back.
+TEST(PipelineParallel, PlanListsEveryRanksPassesAndTransfers) {
+  testing::TempDir dir;
+  testing::CommandResult r = testing::RunBitparity(
+      {"plan", dir.Write("pipeline.toml", PipelineRecipe()), "--arm", "reference"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line :
+       {"pipeline rank 1: [t1 t2] [t3 m0 L]", "  chunk 0 (stage 1): recompute [1] [2]",
+        "    recv activation mb0 from stage 0 (rank 0)\n"
+        "    forward chunk 0 mb0\n"
+        "    send activation mb0 to stage 2 (rank 0)",
+        "    recv gradient mb0 from stage 2 (rank 0)\n"
+        "    backward chunk 0 mb0\n"
+        "    send gradient mb0 to stage 0 (rank 0)"}) {
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
   }
 }

@@ -321,8 +321,7 @@ std::shared_ptr<Communicator> Communicator::Subgroup(const std::string& name,
   sub.rank = me - members.begin();
   sub.world_size = static_cast<int64_t>(members.size());
   if (!store_) {  // a world of one rank without a process group: so is every subgroup
-    std::shared_ptr<Communicator> local = Local(device_);
-    return local;
+    return Local(device_);
   }
   return Join(c10::make_intrusive<c10d::PrefixStore>("group/" + name, store_), sub, device_kind_,
               timeout_);

@@ -47,15 +47,12 @@ const KeyTable<ModelConfig>& ModelKeys() {
           .Enum("dispatcher", &M::dispatcher, kDispatcherNames,
                 "how tokens reach their experts: one all-to-all row per (token, expert), or "
                 "one per (token, rank) expanded on arrival")
-          .Custom(
-              "pipeline_layout", "string", "\"\"",
+          .String(
+              "pipeline_layout", &M::pipeline_layout,
               "the stages in Megatron's --pipeline-model-parallel-layout syntax (E embedding, t "
               "decoder layer, m MTP layer, L loss, | between stages, (..)*n and t*n "
               "repetitions), chunk 0 of every pipeline rank first; \"\": layers split evenly "
-              "over pp x vpp",
-              [](TableReader& r, M* m) {
-                m->pipeline_layout = r.String("pipeline_layout", m->pipeline_layout);
-              });
+              "over pp x vpp");
   return keys;
 }
 

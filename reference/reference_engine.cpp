@@ -13,10 +13,16 @@ namespace bitparity {
 ReferenceEngine::ReferenceEngine(GptModel* model, const RecomputeConfig& recompute,
                                  std::shared_ptr<Communicator> pipeline)
     : model_(model),
-      recompute_(recompute),
       plan_(BuildRecomputePlan(recompute, model->config().layers, model->config().mtp_layers)),
       whole_chunk_(recompute.full() && recompute.unit == RecomputeUnit::kChunk),
-      pipeline_(std::move(pipeline)) {}
+      pipeline_(std::move(pipeline)) {
+  if (!pipeline_) return;
+  const ParallelLayout& layout = model->layout();
+  for (int64_t c = 0; c < layout.pipeline.vpp; ++c) {
+    const PipelineStage& s = layout.pipeline.stage(layout.pp_rank, c);
+    chunk_plans_.push_back(BuildRecomputePlan(recompute, s.layers, s.mtp_layers));
+  }
+}
 
 void ReferenceEngine::WholeChunkForward(ChunkState* state, MicrobatchLosses* losses) {
   const GptWeights& w = model_->weights();
@@ -165,7 +171,7 @@ ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStag
   }
 
   // The chunk's decoder layers under the recompute plan counted within the chunk.
-  const RecomputePlan plan = BuildRecomputePlan(recompute_, stage.layers, stage.mtp_layers);
+  const RecomputePlan& plan = chunk_plans_[static_cast<size_t>(stage.chunk)];
   GptModel* model = model_;
   for (int64_t l = 0; l < stage.layers;) {
     const LayerSegment* segment = plan.SegmentStartingAt(l);

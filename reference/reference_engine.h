@@ -63,12 +63,12 @@ class ReferenceEngine : public Engine {
   int64_t Tag(int64_t stage, int64_t microbatch, bool gradient) const;
 
   GptModel* model_;
-  RecomputeConfig recompute_;
   RecomputePlan plan_;
   bool whole_chunk_;
   std::shared_ptr<Communicator> pipeline_;
-  int64_t microbatches_ = 0;  // of this iteration
-  int64_t micro_batch_ = 0;   // samples per microbatch
+  std::vector<RecomputePlan> chunk_plans_;  // with a pipeline: each local chunk's, counted in it
+  int64_t microbatches_ = 0;                // of this iteration
+  int64_t micro_batch_ = 0;                 // samples per microbatch
 };
 
 }  // namespace bitparity

@@ -19,6 +19,11 @@ namespace {
 // The P2P tag of the embedding-gradient exchange (apart from the engines' activation tags).
 constexpr int64_t kEmbeddingGradTag = int64_t{1} << 30;
 
+std::vector<double> ToDoubles(const at::Tensor& t) {
+  at::Tensor host = t.cpu().contiguous();
+  return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
+}
+
 uint64_t TensorDigest(const at::Tensor& t) {
   at::Tensor c = t.cpu().contiguous();
   return Digest(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
@@ -163,13 +168,14 @@ std::vector<std::vector<double>> Trainer::GatherOverStages(
        pp_comm_->AllGather(at::full({1}, static_cast<int64_t>(flat.size()), at::kLong))) {
     longest = std::max(longest, n.item<int64_t>());
   }
-  at::Tensor mine = at::full({longest + 1}, -1.0, at::kDouble);
-  mine[0] = static_cast<double>(flat.size());
-  for (size_t i = 0; i < flat.size(); ++i) mine[static_cast<int64_t>(i) + 1] = flat[i];
+  // Padded to the longest rank's length (AllGather takes one shape); the first value says how
+  // many follow.
+  flat.insert(flat.begin(), static_cast<double>(flat.size()));
+  flat.resize(static_cast<size_t>(longest) + 1, -1.0);
   std::vector<std::vector<double>> all(stages);
-  for (const at::Tensor& part : pp_comm_->AllGather(mine)) {
-    at::Tensor host = part.cpu().contiguous();
-    const double* v = host.data_ptr<double>();
+  for (const at::Tensor& part : pp_comm_->AllGather(at::tensor(flat, at::kDouble))) {
+    const std::vector<double> values = ToDoubles(part);
+    const double* v = values.data();
     const int64_t length = static_cast<int64_t>(v[0]);
     for (int64_t i = 1; i < length + 1;) {
       const size_t stage = static_cast<size_t>(v[i]);
@@ -290,57 +296,38 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   record.record_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count();
 
-  // Loss terms: this pipeline's means in microbatch order (the loss stage's values; the aux
+  // Loss terms: this pipeline's means in microbatch order (the loss stage's values, and the aux
   // losses of every stage's layers, layer by layer); the global loss summed in EP rank order.
   const double microbatches = static_cast<double>(losses.size());
   const int64_t model_layers = recipe_.model.layers + recipe_.model.mtp_layers;
-  std::vector<std::vector<double>> terms(layout_.pipeline.stages.size());
-  std::vector<double>& own = terms[static_cast<size_t>(layout_.pipeline.stages.back().index)];
-  std::vector<double> aux_by_layer;  // [microbatch][layer]; NaN where a layer has no aux loss
-  {
-    double lm = 0, mtp = 0, objective = 0;
-    int64_t mtp_terms = 0;
-    for (const MicrobatchLosses& l : losses) {
-      lm += l.lm_loss;
-      objective += l.objective_value;
-      for (float v : l.mtp_losses) {
-        mtp += v;
-        ++mtp_terms;
-      }
-      for (int64_t layer = 0; layer < model_layers; ++layer) {
-        const auto it = l.aux_losses.find(layer);
-        aux_by_layer.push_back(it == l.aux_losses.end() ? std::nan("") : it->second);
-      }
+  std::vector<double> loss_terms(4, 0.0);  // lm, mtp, mtp terms, objective
+  std::vector<double> aux_by_layer;        // [microbatch][layer]; NaN: not a local MoE layer
+  for (const MicrobatchLosses& l : losses) {
+    loss_terms[0] += l.lm_loss;
+    loss_terms[3] += l.objective_value;
+    for (float v : l.mtp_losses) {
+      loss_terms[1] += v;
+      loss_terms[2] += 1;
     }
-    own = {lm, mtp, static_cast<double>(mtp_terms), objective};
-  }
-  // Every stage's aux losses travel as that stage's values; the loss stage's terms as its own.
-  std::vector<std::vector<double>> aux_of_stage(layout_.pipeline.stages.size());
-  for (const PipelineStage& s : layout_.pipeline.stages) {
-    if (s.pp_rank == layout_.pp_rank) aux_of_stage[static_cast<size_t>(s.index)] = aux_by_layer;
+    for (int64_t layer = 0; layer < model_layers; ++layer) {
+      const auto it = l.aux_losses.find(layer);
+      aux_by_layer.push_back(it == l.aux_losses.end() ? std::nan("") : it->second);
+    }
   }
   if (pp_comm_) {
-    const bool holds_loss = layout_.pipeline.stages.back().pp_rank == layout_.pp_rank;
-    if (!holds_loss) own.clear();
-    terms = GatherOverStages(terms);
-    aux_of_stage = GatherOverStages(aux_of_stage);
-  }
-  const std::vector<double>& loss_terms = terms.back();
-  double aux = 0;
-  for (size_t m = 0; m < losses.size(); ++m) {
-    for (int64_t layer = 0; layer < model_layers; ++layer) {
-      const PipelineStage* owner = nullptr;
-      for (const PipelineStage& s : layout_.pipeline.stages) {
-        const bool decoder = layer < s.first_layer + s.layers && layer >= s.first_layer;
-        const int64_t depth = layer - recipe_.model.layers;
-        const bool mtp = depth >= s.first_mtp && depth < s.first_mtp + s.mtp_layers;
-        if (s.layers + s.mtp_layers > 0 && (decoder || mtp)) owner = &s;
+    // The loss stage's terms; each layer's aux loss from the one rank that holds the layer.
+    const int64_t loss_rank = layout_.pipeline.stages.back().pp_rank;
+    loss_terms = ToDoubles(pp_comm_->AllGather(at::tensor(loss_terms, at::kDouble))[loss_rank]);
+    for (const at::Tensor& part : pp_comm_->AllGather(at::tensor(aux_by_layer, at::kDouble))) {
+      const std::vector<double> theirs = ToDoubles(part);
+      for (size_t i = 0; i < theirs.size(); ++i) {
+        if (!std::isnan(theirs[i])) aux_by_layer[i] = theirs[i];
       }
-      const double v =
-          aux_of_stage[static_cast<size_t>(owner->index)]
-                      [m * static_cast<size_t>(model_layers) + static_cast<size_t>(layer)];
-      if (!std::isnan(v)) aux += static_cast<float>(v);
     }
+  }
+  double aux = 0;
+  for (double v : aux_by_layer) {
+    if (!std::isnan(v)) aux += v;
   }
   record.lm_loss = static_cast<float>(loss_terms[0] / microbatches);
   const double mtp_terms = loss_terms[2];

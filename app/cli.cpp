@@ -1,6 +1,7 @@
 #include "app/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -91,19 +92,46 @@ int Validate(const std::string& path) {
     schedule.pp = recipe.parallel.pp;
     schedule.vpp = recipe.parallel.vpp;
     schedule.microbatches = recipe.microbatches_per_rank();
-    std::cout << "  1F1B order (F/B chunk.microbatch):\n";
-    for (int64_t r = 0; r < schedule.pp; ++r) {
-      std::cout << "    rank " << r << ": " << FormatPipelineSchedule(PipelineSchedule(schedule, r))
-                << "\n";
+    for (const bool overlap : {false, true}) {
+      const bool used = std::any_of(
+          recipe.arms.begin(), recipe.arms.end(),
+          [&](const ArmConfig& a) { return (a.engine == EngineKind::kOverlap) == overlap; });
+      if (!used) continue;
+      schedule.ep_overlap = overlap;
+      std::cout << (overlap ? "  combined 1F1B order of the overlap arms (one more warm-up "
+                              "forward; [F+B] merged into one step):\n"
+                            : "  1F1B order (F/B chunk.microbatch):\n");
+      for (int64_t r = 0; r < schedule.pp; ++r) {
+        std::cout << "    rank " << r << ": "
+                  << FormatPipelineSchedule(PipelineSchedule(schedule, r)) << "\n";
+      }
     }
   }
   for (const ArmConfig& arm : recipe.arms) {
-    RecomputePlan plan = BuildRecomputePlan(arm.recompute, m.layers, m.mtp_layers);
+    std::string segments;
+    std::vector<std::string> warnings;
+    if (recipe.parallel.pp > 1) {
+      // Counted within each chunk; the stages in virtual order, separated by '|'.
+      for (const PipelineStage& stage : recipe.pipeline().stages) {
+        const RecomputePlan plan =
+            BuildRecomputePlan(arm.recompute, stage.layers, stage.mtp_layers);
+        segments +=
+            std::string(stage.index ? " | " : "") + FormatChunkSegments(plan, stage, m.layers);
+        for (const std::string& w : plan.warnings) {
+          if (std::find(warnings.begin(), warnings.end(), w) == warnings.end())
+            warnings.push_back(w);
+        }
+      }
+    } else {
+      const RecomputePlan plan = BuildRecomputePlan(arm.recompute, m.layers, m.mtp_layers);
+      segments = FormatSegments(plan, m.layers);
+      warnings = plan.warnings;
+    }
     std::cout << "  arm " << arm.name << ": engine " << ToString(arm.engine) << ", precision "
               << ToString(arm.precision.recipe) << ", dispatcher " << ToString(arm.dispatcher)
-              << ", recompute " << RecomputeText(arm.recompute) << ", segments "
-              << FormatSegments(plan, m.layers) << "\n";
-    for (const std::string& w : plan.warnings) std::cout << "    warning: " << w << "\n";
+              << ", recompute " << RecomputeText(arm.recompute) << ", segments " << segments
+              << "\n";
+    for (const std::string& w : warnings) std::cout << "    warning: " << w << "\n";
   }
   return kExitPass;
 }

@@ -62,6 +62,14 @@ std::string ExpandPipelineLayout(const std::string& text) {
   return s;
 }
 
+int64_t PipelineLayout::ActivationParts(int64_t index) const {
+  int64_t parts = 1;
+  for (const PipelineStage& s : stages) {
+    if (s.index < index) parts += s.mtp_layers;
+  }
+  return parts;
+}
+
 std::string PipelineLayout::Text() const {
   std::string out;
   for (const PipelineStage& s : stages) {

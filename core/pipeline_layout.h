@@ -49,6 +49,10 @@ struct PipelineLayout {
   int64_t next(int64_t index) const {
     return index + 1 < static_cast<int64_t>(stages.size()) ? index + 1 : -1;
   }
+  // Rows of the activation entering stage `index`, in microbatches: 1 + the MTP depths of the
+  // stages before it (an MTP stage sends its depths' hidden states stacked under the main ones
+  // along dim 0, as Megatron does).
+  int64_t ActivationParts(int64_t index) const;
   // The layout in Megatron's syntax, one stage per `|`, repetitions written out ("Et|t|t|tmL").
   std::string Text() const;
   // One line per pipeline rank: "rank 0: [E t0] [t4]", for `bitparity validate`.

@@ -215,14 +215,11 @@ void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) 
     schedule.ep_overlap = arm.engine == EngineKind::kOverlap;
     const std::string problem = PipelineScheduleProblem(schedule);
     if (!problem.empty()) diag->Add(where, "[parallel] " + problem);
-    if (arm.engine == EngineKind::kOverlap) {
-      diag->Add(where,
-                "the overlap engine does not run pipeline parallelism yet ([parallel] pp = " +
-                    std::to_string(recipe.parallel.pp) +
-                    "); run its pipeline configurations with engine = \"reference\"");
-    }
-    if (rc.full() && rc.unit == RecomputeUnit::kChunk) {
-      diag->Add(rc_where, "unit \"chunk\" is not available with [parallel] pp > 1 yet");
+    if (rc.full() && rc.unit == RecomputeUnit::kChunk && arm.engine == EngineKind::kReference) {
+      diag->Add(rc_where,
+                "unit \"chunk\" (the overlap engine's whole-chunk replay) is not available to "
+                "the reference engine with [parallel] pp > 1; use method \"uniform\" or "
+                "\"block\"");
     }
   }
   if (arm.engine == EngineKind::kOverlap) {

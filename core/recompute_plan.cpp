@@ -16,7 +16,7 @@ RecomputePlan BuildRecomputePlan(const RecomputeConfig& recompute, int64_t decod
                                  int64_t mtp_layers) {
   RecomputePlan plan;
   plan.segment_of_layer.assign(static_cast<size_t>(decoder_layers + mtp_layers), -1);
-  if (!recompute.full()) return plan;
+  if (!recompute.full() || decoder_layers + mtp_layers == 0) return plan;
   if (recompute.unit == RecomputeUnit::kChunk) {
     // The older overlap behaviour: the whole model chunk (every decoder and MTP layer) is one
     // unit, replayed at once before the chunk's backward.
@@ -77,6 +77,26 @@ std::string FormatSegments(const RecomputePlan& plan, int64_t decoder_layers) {
   std::string out;
   for (const LayerSegment& s : plan.segments) {
     out += (out.empty() ? "" : " ") + FormatSegment(s, decoder_layers);
+  }
+  return out;
+}
+
+LayerSegment InModelNumbering(const LayerSegment& segment, const PipelineStage& stage,
+                              int64_t model_layers) {
+  LayerSegment global = segment;
+  global.first_layer = segment.first_layer >= stage.layers
+                           ? model_layers + stage.first_mtp + segment.first_layer - stage.layers
+                           : stage.first_layer + segment.first_layer;
+  return global;
+}
+
+std::string FormatChunkSegments(const RecomputePlan& plan, const PipelineStage& stage,
+                                int64_t model_layers) {
+  if (plan.segments.empty()) return "none";
+  std::string out;
+  for (const LayerSegment& s : plan.segments) {
+    out += (out.empty() ? "" : " ") +
+           FormatSegment(InModelNumbering(s, stage, model_layers), model_layers);
   }
   return out;
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/pipeline_layout.h"
 #include "core/recipe.h"
 
 namespace bitparity {
@@ -42,6 +43,13 @@ struct RecomputePlan {
 std::string FormatSegment(const LayerSegment& segment, int64_t decoder_layers);
 // The plan's segments separated by spaces, or "none".
 std::string FormatSegments(const RecomputePlan& plan, int64_t decoder_layers);
+
+// A pipeline chunk's segments are counted within the chunk (its decoder layers from 0, its MTP
+// depths after them); these print them in the whole model's numbering: "[4-5] [mtp0]".
+LayerSegment InModelNumbering(const LayerSegment& segment, const PipelineStage& stage,
+                              int64_t model_layers);
+std::string FormatChunkSegments(const RecomputePlan& plan, const PipelineStage& stage,
+                                int64_t model_layers);
 
 // Throws InputError when the configuration breaks a rule (method or num_layers missing under
 // full recompute, uniform with MTP and num_layers != 1).

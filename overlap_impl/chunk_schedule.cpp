@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "core/pipeline_schedule.h"
 #include "core/rng_state.h"
 
 namespace bitparity {
@@ -17,9 +18,9 @@ namespace bitparity {
 namespace {
 
 // A dense layer runs the same operations as an MoE layer; its all-to-alls are null nodes.
-AllToAllNode::Kind AllToAllKind(const OverlapContext* context, int64_t layer) {
-  return context->plan->layer_is_moe[layer] ? AllToAllNode::Kind::kAllToAll
-                                            : AllToAllNode::Kind::kNull;
+AllToAllNode::Kind AllToAllKind(const ChunkPlan& chunk, int64_t layer) {
+  return chunk.layer_is_moe[static_cast<size_t>(layer)] ? AllToAllNode::Kind::kAllToAll
+                                                        : AllToAllNode::Kind::kNull;
 }
 
 }  // namespace
@@ -28,16 +29,19 @@ LayerSchedule::LayerSchedule(OverlapContext* context, ChunkSchedule* chunk, int6
     : context_(context),
       chunk_(chunk),
       layer_(layer),
-      dispatch_("moe_dispatch", AllToAllKind(context, layer)),
-      combine_comm_("moe_combine", AllToAllKind(context, layer)) {
-  const CombinedStepPlan& plan = *context->plan;
+      dispatch_("moe_dispatch", AllToAllKind(chunk->plan(), layer)),
+      combine_comm_("moe_combine", AllToAllKind(chunk->plan(), layer)) {
+  const ChunkPlan& plan = chunk->plan();
   const GptWeights& w = context->model->weights();
-  moe_ = plan.layer_is_moe[layer];
+  moe_ = plan.layer_is_moe[static_cast<size_t>(layer)];
   mtp_ = plan.is_mtp(layer);
-  last_decoder_ = layer == plan.decoder_layers - 1;
+  last_decoder_ = layer == plan.decoder_layers() - 1 && plan.stage.final_norm;
   last_mtp_ = layer == plan.layers() - 1 && mtp_;
-  mtp_weights_ = mtp_ ? &w.mtp[layer - plan.decoder_layers] : nullptr;
-  weights_ = mtp_ ? &mtp_weights_->layer : &w.layers[layer];
+  mtp_weights_ =
+      mtp_ ? &w.mtp[static_cast<size_t>(plan.stage.first_mtp + layer - plan.decoder_layers())]
+           : nullptr;
+  weights_ =
+      mtp_ ? &mtp_weights_->layer : &w.layers[static_cast<size_t>(plan.stage.first_layer + layer)];
 }
 
 at::Tensor LayerSchedule::Run(const NodeOp& op, at::Tensor grad) {
@@ -88,6 +92,7 @@ void LayerSchedule::Record(const char* node, Phase phase, int64_t begin_ns) {
   e.node = node;
   e.phase = ToString(phase);
   e.microbatch = chunk_->state().microbatch;
+  e.chunk = chunk_->plan().stage.chunk;
   e.layer = layer_;
   e.begin_ns = begin_ns;
   e.end_ns = SteadyNanoseconds();
@@ -115,6 +120,7 @@ void LayerSchedule::RecordComm(const AllToAllNode& node, Phase phase) {
   e.node = node.name();
   e.phase = ToString(phase);
   e.microbatch = chunk_->state().microbatch;
+  e.chunk = chunk_->plan().stage.chunk;
   e.layer = layer_;
   e.comm = true;
   e.begin_ns = t.started_ns;
@@ -145,7 +151,7 @@ void LayerSchedule::AttnForward(const at::Tensor& input, Phase phase) {
   GptModel* model = context_->model;
   ChunkState& state = chunk_->state();
   MicrobatchLosses* losses = &chunk_->losses();
-  const bool first_mtp = mtp_ && layer_ == context_->plan->decoder_layers;
+  const bool first_mtp = mtp_ && layer_ == chunk_->plan().decoder_layers();
   attn_.Forward({input}, [&](ComputeNode& node, const std::vector<at::Tensor>& in) {
     at::Tensor x = in[0];
     if (mtp_) {
@@ -159,7 +165,7 @@ void LayerSchedule::AttnForward(const at::Tensor& input, Phase phase) {
     residual_ = node.DetachSide(out.residual);
     if (!moe_) return std::vector<at::Tensor>{out.mlp_input};
     routing_ = out.plan;
-    if (context_->stale_routing) context_->stale_routing->Remember(layer_, out.plan);
+    if (context_->stale_routing) context_->stale_routing->Remember(weights_->index, out.plan);
     std::vector<at::Tensor> outputs{out.payload.tokens, out.payload.probs};
     if (out.payload.route_mask.defined()) outputs.push_back(out.payload.route_mask);
     return outputs;
@@ -211,7 +217,7 @@ void LayerSchedule::FinishCombine(Phase phase) {
   combine_.Forward({rows}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
     at::Tensor out;
     if (routing_ && context_->stale_routing) {
-      at::Tensor unpermuted = context_->stale_routing->Unpermute(layer_, in[0]);
+      at::Tensor unpermuted = context_->stale_routing->Unpermute(weights_->index, in[0]);
       out = model->LayerCombine(*weights_, unpermuted.view(residual_.sizes()), residual_, nullptr,
                                 state);
     } else {
@@ -385,13 +391,13 @@ void RecomputeSegment::Release() {
 // ---------------------------------------------------------------------------------------------
 // ChunkSchedule
 
-ChunkSchedule::ChunkSchedule(OverlapContext* context, ChunkState state)
-    : context_(context), state_(std::move(state)) {
-  const CombinedStepPlan& plan = *context->plan;
-  for (int64_t l = 0; l < plan.layers(); ++l) {
+ChunkSchedule::ChunkSchedule(OverlapContext* context, const ChunkPlan* plan, ChunkState state,
+                             MicrobatchLosses* losses)
+    : context_(context), plan_(plan), state_(std::move(state)), losses_(losses) {
+  for (int64_t l = 0; l < plan->layers(); ++l) {
     layers_.push_back(std::make_unique<LayerSchedule>(context, this, l));
   }
-  for (const LayerSegment& spec : plan.recompute.segments) {
+  for (const LayerSegment& spec : plan->recompute.segments) {
     segments_.emplace_back(spec);
     for (int64_t l = spec.first_layer; l <= spec.last_layer(); ++l) {
       layers_[l]->SetForwardNoGrad(true);
@@ -409,6 +415,11 @@ void ChunkSchedule::PreProcessForward() {
 
 at::Tensor ChunkSchedule::Run(const NodeOp& op, at::Tensor grad) {
   const bool forward = op.phase == Phase::kForward;
+  // The first backward operation of a pass that did not start at the loss takes the gradient
+  // the next stage sent.
+  if (op.phase == Phase::kBackward && gradient_receive_.valid() && op.node != NodeKind::kP2pRecv) {
+    grad = WaitReceived(&gradient_receive_, Phase::kBackward);
+  }
   switch (op.node) {
     case NodeKind::kPreProcess:
       if (forward) {
@@ -420,9 +431,16 @@ at::Tensor ChunkSchedule::Run(const NodeOp& op, at::Tensor grad) {
     case NodeKind::kPostProcess:
       if (forward) {
         PostProcessForward();
+        received_activation_ = at::Tensor();
         return grad;
       }
       return PostProcessBackward();
+    case NodeKind::kP2pRecv:
+      PostReceive(op.phase);
+      return grad;
+    case NodeKind::kP2pSend:
+      Send(op.phase, grad);
+      return at::Tensor();
     case NodeKind::kSegment:
       segments_[op.segment].Run(op, this);
       return grad;
@@ -443,43 +461,140 @@ at::Tensor ChunkSchedule::Run(const NodeOp& op, at::Tensor grad) {
                          "/" + ToString(op.phase));
 }
 
+int64_t ChunkSchedule::PreviousRank() const {
+  return context_->plan->pipelined() ? (plan_->stage.index - 1) % context_->plan->pp : 0;
+}
+
+int64_t ChunkSchedule::NextRank() const {
+  return context_->plan->pipelined() ? (plan_->stage.index + 1) % context_->plan->pp : 0;
+}
+
+void ChunkSchedule::PostReceive(Phase phase) {
+  Communicator* pipeline = context_->pipeline;
+  if (!pipeline) throw std::logic_error("overlap plan: a pipeline receive without a pipeline");
+  const ModelConfig& c = context_->model->config();
+  const int64_t rows = state_.input_ids.size(0);
+  const int64_t microbatches = context_->plan->microbatches;
+  if (phase == Phase::kForward) {
+    activation_posted_ns_ = SteadyNanoseconds();
+    activation_receive_ = pipeline->StartRecv(
+        {rows * plan_->input_parts, c.seq_len, c.hidden}, context_->model->compute_dtype(),
+        PreviousRank(),
+        PipelineTag(plan_->stage.index - 1, state_.microbatch, microbatches, false));
+  } else {
+    gradient_posted_ns_ = SteadyNanoseconds();
+    gradient_receive_ = pipeline->StartRecv(
+        {rows * plan_->output_parts, c.seq_len, c.hidden}, context_->model->compute_dtype(),
+        NextRank(), PipelineTag(plan_->stage.index, state_.microbatch, microbatches, true));
+  }
+}
+
+at::Tensor ChunkSchedule::WaitReceived(PendingTransfer* transfer, Phase phase) {
+  const int64_t wait_begin = SteadyNanoseconds();
+  at::Tensor received = transfer->Wait();
+  *transfer = PendingTransfer();
+  RecordTransfer("p2p_recv", phase,
+                 phase == Phase::kForward ? activation_posted_ns_ : gradient_posted_ns_,
+                 wait_begin);
+  return received;
+}
+
+void ChunkSchedule::Send(Phase phase, const at::Tensor& grad) {
+  Communicator* pipeline = context_->pipeline;
+  if (!pipeline) throw std::logic_error("overlap plan: a pipeline send without a pipeline");
+  const int64_t begin = SteadyNanoseconds();
+  const int64_t microbatches = context_->plan->microbatches;
+  if (phase == Phase::kForward) {
+    context_->sends->push_back(pipeline->StartSend(
+        ChunkOutput().detach(), NextRank(),
+        PipelineTag(plan_->stage.index, state_.microbatch, microbatches, false)));
+    received_activation_ = at::Tensor();
+  } else {
+    if (!grad.defined()) {
+      throw std::logic_error("overlap plan: no input gradient to send back from stage " +
+                             std::to_string(plan_->stage.index));
+    }
+    context_->sends->push_back(pipeline->StartSend(
+        grad, PreviousRank(),
+        PipelineTag(plan_->stage.index - 1, state_.microbatch, microbatches, true)));
+  }
+  RecordTransfer("p2p_send", phase, begin, begin);
+}
+
+void ChunkSchedule::RecordTransfer(const char* node, Phase phase, int64_t begin_ns,
+                                   int64_t wait_begin_ns) {
+  if (!context_->timeline) return;
+  TimelineEvent e;
+  e.node = node;
+  e.phase = ToString(phase);
+  e.microbatch = state_.microbatch;
+  e.chunk = plan_->stage.chunk;
+  e.comm = true;
+  e.begin_ns = begin_ns;
+  e.wait_begin_ns = wait_begin_ns;
+  e.end_ns = SteadyNanoseconds();
+  context_->timeline->push_back(e);
+}
+
+at::Tensor ChunkSchedule::ChunkInput() {
+  if (plan_->pre_process()) return pre_process_.outputs()[0];
+  if (activation_receive_.valid()) {
+    received_activation_ = WaitReceived(&activation_receive_, Phase::kForward).requires_grad_(true);
+  }
+  if (!received_activation_.defined()) {
+    throw std::logic_error("overlap plan: stage " + std::to_string(plan_->stage.index) +
+                           " needs its input before it was received");
+  }
+  return received_activation_;
+}
+
+at::Tensor ChunkSchedule::ChunkOutput() {
+  return layers_.empty() ? ChunkInput() : layers_.back()->Output();
+}
+
 at::Tensor ChunkSchedule::LayerInput(int64_t layer, const NodeOp& op) {
   // A replay starts from the segment's kept input, not the no-grad output before it.
   if (op.phase == Phase::kReplay && segments_[op.segment].spec().first_layer == layer) {
     return segments_[op.segment].input();
   }
-  return layer == 0 ? pre_process_.outputs()[0] : layers_[layer - 1]->Output();
+  return layer == 0 ? ChunkInput() : layers_[layer - 1]->Output();
 }
 
 void ChunkSchedule::PostProcessForward() {
   GptModel* model = context_->model;
-  const int64_t depths = context_->plan->mtp_layers;
-  const at::Tensor& hidden = layers_.back()->Output();
+  const int64_t depths = model->config().mtp_layers;
+  const bool final_norm = plan_->final_norm_in_post_process();
+  const at::Tensor hidden = ChunkOutput();
   post_process_.Forward({hidden}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
     std::vector<at::Tensor> chunks = in[0].chunk(1 + depths, 0);
     std::vector<at::Tensor> mtp(chunks.begin() + 1, chunks.end());
-    model->PostProcess(chunks[0], mtp, state_, &losses_);
-    return std::vector<at::Tensor>{losses_.objective};
+    // A loss stage without decoder layers runs the decoder's final norm (no MTP then).
+    const at::Tensor main = final_norm ? model->FinalNorm(chunks[0]) : chunks[0];
+    model->PostProcess(main, mtp, state_, losses_);
+    return std::vector<at::Tensor>{losses_->objective};
   });
 }
 
 at::Tensor ChunkSchedule::PostProcessBackward() {
   at::Tensor seed =
       at::full({}, context_->model->loss_grad_scale(), post_process_.outputs()[0].options());
-  losses_.objective = at::Tensor();
+  losses_->objective = at::Tensor();
   return post_process_.Backward({seed})[0];
 }
 
 void ChunkSchedule::PreProcessBackward(const at::Tensor& grad) { pre_process_.Backward({grad}); }
 
 void ChunkSchedule::ReleaseRecomputedActivations() {
-  for (const LayerSegment& spec : context_->plan->recompute.segments) {
+  for (const LayerSegment& spec : plan_->recompute.segments) {
     for (int64_t l = spec.first_layer; l <= spec.last_layer(); ++l) layers_[l]->ReleaseOutput();
   }
 }
 
 bool ChunkSchedule::holds_tensors() const {
   if (pre_process_.holds_tensors() || post_process_.holds_tensors()) return true;
+  if (received_activation_.defined() || activation_receive_.valid() || gradient_receive_.valid()) {
+    return true;
+  }
   for (const auto& layer : layers_) {
     if (layer->holds_tensors()) return true;
   }

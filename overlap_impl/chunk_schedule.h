@@ -1,11 +1,13 @@
 #ifndef BITPARITY_OVERLAP_IMPL_CHUNK_SCHEDULE_H_
 #define BITPARITY_OVERLAP_IMPL_CHUNK_SCHEDULE_H_
 
-// The per-microbatch side of the overlap arm (Megatron's TransformerModelChunkSchedulePlan):
-// a ChunkSchedule owns one microbatch's chunk state, its pre- and post-process nodes, one
-// LayerSchedule per decoder and MTP layer (attn, moe_dispatch, mlp, moe_combine and
-// mtp_post_process nodes plus the layer state they share) and its RecomputeSegments. The
-// combined-step runner calls these operations in the order of the CombinedStepPlan.
+// The per-(model chunk, microbatch) side of the overlap arm (Megatron's
+// TransformerModelChunkSchedulePlan): a ChunkSchedule owns one microbatch's chunk state for one
+// model chunk, its pre- and post-process nodes (on the first and the loss stage), its pipeline
+// transfers (on the others), one LayerSchedule per decoder and MTP layer of the chunk (attn,
+// moe_dispatch, mlp, moe_combine and mtp_post_process nodes plus the layer state they share)
+// and its RecomputeSegments. The combined-step runner calls these operations in the order of the
+// CombinedStepPlan.
 
 #include <ATen/ATen.h>
 
@@ -24,14 +26,15 @@ namespace bitparity {
 
 // One all-to-all or compute interval of the iteration, for the overlap timeline.
 struct TimelineEvent {
-  std::string node;  // e.g. "moe_dispatch"
+  std::string node;  // e.g. "moe_dispatch", "p2p_recv"
   std::string phase;
   int64_t microbatch = 0;
-  int64_t layer = -1;
+  int64_t chunk = 0;
+  int64_t layer = -1;  // within the chunk
   bool comm = false;
-  int64_t begin_ns = 0;       // compute: start; comm: when the all-to-all was started
+  int64_t begin_ns = 0;       // compute: start; comm: when the transfer was started
   int64_t end_ns = 0;         // compute: end; comm: when its result had been waited for
-  int64_t completed_ns = 0;   // comm: when the collective library finished it
+  int64_t completed_ns = 0;   // all-to-all: when the collective library finished it
   int64_t wait_begin_ns = 0;  // comm: when the schedule started to wait for it
 };
 
@@ -41,12 +44,15 @@ class ChunkSchedule;
 struct OverlapContext {
   GptModel* model = nullptr;
   const CombinedStepPlan* plan = nullptr;
+  Communicator* pipeline = nullptr;                // the pipeline group, when pp > 1
+  std::vector<PendingTransfer>* sends = nullptr;   // started sends, waited for by the engine
   std::vector<TimelineEvent>* timeline = nullptr;  // optional
   StaleRoutingFault* stale_routing = nullptr;      // only under that injected bug
 };
 
 class LayerSchedule {
  public:
+  // `layer` is numbered within the chunk (decoder layers, then MTP depths).
   LayerSchedule(OverlapContext* context, ChunkSchedule* chunk, int64_t layer);
 
   // Runs one operation of the plan on this layer (op.layer == index()): a forward, a replay
@@ -162,17 +168,26 @@ class RecomputeSegment {
 
 class ChunkSchedule {
  public:
-  ChunkSchedule(OverlapContext* context, ChunkState state);
+  // One pass of chunk `plan` over `state`, a copy of the microbatch's (the chunk's MTP layers
+  // roll its ids). Loss values go to `losses`, which every chunk of the microbatch shares.
+  ChunkSchedule(OverlapContext* context, const ChunkPlan* plan, ChunkState state,
+                MicrobatchLosses* losses);
 
-  // Runs one operation of the plan on this microbatch: its pre- or post-process, a chunk-level
-  // operation, a segment's, or one of a layer's (LayerSchedule::Run). `grad` is the gradient the
-  // microbatch's previous backward operation handed on; returns the one this operation hands on
-  // (post_process backward starts it, pre_process backward ends it).
+  // Runs one operation of the plan on this (chunk, microbatch): its pre- or post-process, a
+  // pipeline transfer, a chunk-level operation, a segment's, or one of a layer's
+  // (LayerSchedule::Run). `grad` is the gradient the pass's previous backward operation handed on;
+  // returns the one this operation hands on (post_process backward or the received gradient
+  // starts it, pre_process backward or the send to the previous stage ends it).
   at::Tensor Run(const NodeOp& op, at::Tensor grad);
 
-  // The input of `layer` for `op`: the embedding, the previous layer's output, or for the replay
-  // of a segment's first layer the segment's kept input.
+  // The input of `layer` for `op`: the chunk's input, the previous layer's output, or for the
+  // replay of a segment's first layer the segment's kept input.
   at::Tensor LayerInput(int64_t layer, const NodeOp& op);
+  // What enters the chunk: the embedding (first stage) or the previous stage's activation,
+  // waited for here the first time it is needed.
+  at::Tensor ChunkInput();
+  // What leaves it: the last layer's output, or its input when it holds no layer.
+  at::Tensor ChunkOutput();
 
   LayerSchedule& layer(int64_t index) { return *layers_[index]; }
   RecomputeSegment& segment(int64_t index) { return segments_[index]; }
@@ -181,10 +196,20 @@ class ChunkSchedule {
   bool holds_tensors() const;  // anything but the kept segment inputs
 
   OverlapContext* context() { return context_; }
+  const ChunkPlan& plan() const { return *plan_; }
   ChunkState& state() { return state_; }
-  MicrobatchLosses& losses() { return losses_; }
+  MicrobatchLosses& losses() { return *losses_; }
 
  private:
+  // The pipeline transfers: receives are posted early (kP2pRecv) and waited for by their first
+  // consumer; sends are handed to the engine, which waits for them.
+  void PostReceive(Phase phase);
+  void Send(Phase phase, const at::Tensor& grad);
+  at::Tensor WaitReceived(PendingTransfer* transfer, Phase phase);
+  int64_t PreviousRank() const;
+  int64_t NextRank() const;
+  void RecordTransfer(const char* node, Phase phase, int64_t begin_ns, int64_t wait_begin_ns);
+
   void PreProcessForward();
   void PostProcessForward();
   at::Tensor PostProcessBackward();  // the gradient of the last layer's output
@@ -193,8 +218,14 @@ class ChunkSchedule {
   void ReleaseRecomputedActivations();
 
   OverlapContext* context_;
+  const ChunkPlan* plan_;
   ChunkState state_;
-  MicrobatchLosses losses_;
+  MicrobatchLosses* losses_;
+  PendingTransfer activation_receive_;  // posted, not yet waited for
+  PendingTransfer gradient_receive_;
+  int64_t activation_posted_ns_ = 0;
+  int64_t gradient_posted_ns_ = 0;
+  at::Tensor received_activation_;  // a grad-requiring leaf, kept until the chunk's backward
   ComputeNode pre_process_{"pre_process"};
   ComputeNode post_process_{"post_process"};
   std::vector<std::unique_ptr<LayerSchedule>> layers_;

@@ -1,5 +1,6 @@
 #include "overlap_impl/combined_step_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -19,6 +20,8 @@ constexpr EnumName<NodeKind> kNodeNames[] = {{NodeKind::kPreProcess, "pre_proces
                                              {NodeKind::kCombineEpilogue, "moe_combine_epilogue"},
                                              {NodeKind::kMtpPostProcess, "mtp_post_process"},
                                              {NodeKind::kPostProcess, "post_process"},
+                                             {NodeKind::kP2pRecv, "p2p_recv"},
+                                             {NodeKind::kP2pSend, "p2p_send"},
                                              {NodeKind::kSegment, "segment"},
                                              {NodeKind::kChunk, "chunk"}};
 constexpr EnumName<Phase> kPhaseNames[] = {
@@ -41,43 +44,67 @@ class PlanBuilder {
  public:
   explicit PlanBuilder(CombinedStepPlan* plan) : plan_(*plan) {}
 
-  void CombinedStep(int64_t f, int64_t b) {
-    const bool fwd = f >= 0, bwd = b >= 0;
-    if (fwd) Add(NodeKind::kPreProcess, Phase::kForward, f);
-    if (bwd) Add(NodeKind::kPostProcess, Phase::kBackward, b);
-    const int64_t layers = plan_.layers();
-    for (int64_t i = 0; i < layers; ++i) LayerPair(fwd ? f : -1, i, bwd ? b : -1, layers - 1 - i);
+  // One combined step: the forward of pass `f` merged with the backward of pass `b` (either may
+  // be absent), then the receives of `next` (the following step) posted.
+  void CombinedStep(const ChunkPass& f, const ChunkPass& b, const PipelineStep* next) {
+    const bool fwd = f.valid(), bwd = b.valid();
+    const ChunkPlan* fc = fwd ? &plan_.chunk(f.chunk) : nullptr;
+    const ChunkPlan* bc = bwd ? &plan_.chunk(b.chunk) : nullptr;
+    if (fwd && fc->pre_process()) Add(NodeKind::kPreProcess, Phase::kForward, f);
+    if (bwd && bc->post_process()) Add(NodeKind::kPostProcess, Phase::kBackward, b);
+    const int64_t lf = fwd ? fc->layers() : 0, lb = bwd ? bc->layers() : 0;
+    const int64_t paired = std::min(lf, lb);
+    for (int64_t i = 0; i < paired; ++i) LayerPair(f, i, b, lb - 1 - i);
+    // Megatron's remaining backward-only layers, then the remaining forward-only ones.
+    for (int64_t i = paired; i < lb; ++i) LayerPair({}, -1, b, lb - 1 - i);
+    for (int64_t i = paired; i < lf; ++i) LayerPair(f, i, {}, -1);
     if (fwd) {
       Epilogue();
-      Add(NodeKind::kPostProcess, Phase::kForward, f);
+      if (fc->sends()) Add(NodeKind::kP2pSend, Phase::kForward, f, -1, -1, Stream::kComm);
     }
+    if (bwd && bc->receives()) Add(NodeKind::kP2pSend, Phase::kBackward, b, -1, -1, Stream::kComm);
+    if (fwd && fc->post_process()) Add(NodeKind::kPostProcess, Phase::kForward, f);
     if (bwd) {
-      Add(NodeKind::kPreProcess, Phase::kBackward, b);
+      if (bc->pre_process()) Add(NodeKind::kPreProcess, Phase::kBackward, b);
       Add(NodeKind::kChunk, Phase::kFlushGrads, b, -1, -1, Stream::kNone);
     }
-    if (fwd && !plan_.recompute.segments.empty()) {
+    if (fwd && !fc->recompute.segments.empty()) {
       Add(NodeKind::kChunk, Phase::kReleaseActivations, f, -1, -1, Stream::kNone);
+    }
+    if (next) PostReceives(*next);
+  }
+
+  // The receives a step needs: its forward's activation, its backward's gradient.
+  void PostReceives(const PipelineStep& step) {
+    if (step.forward.valid() && plan_.chunk(step.forward.chunk).receives()) {
+      Add(NodeKind::kP2pRecv, Phase::kForward, step.forward, -1, -1, Stream::kComm);
+    }
+    if (step.backward.valid() && plan_.chunk(step.backward.chunk).sends()) {
+      Add(NodeKind::kP2pRecv, Phase::kBackward, step.backward, -1, -1, Stream::kComm);
     }
   }
 
  private:
-  const LayerSegment* SegmentOf(int64_t layer, int64_t* index) const {
-    *index = plan_.recompute.segment_of_layer[layer];
-    return *index < 0 ? nullptr : &plan_.recompute.segments[*index];
+  const LayerSegment* SegmentOf(const ChunkPlan& chunk, int64_t layer, int64_t* index) const {
+    *index = chunk.recompute.segment_of_layer[layer];
+    return *index < 0 ? nullptr : &chunk.recompute.segments[*index];
   }
 
-  void LayerPair(int64_t f, int64_t fl, int64_t b, int64_t bl) {
-    const bool fwd = f >= 0, bwd = b >= 0;
+  void LayerPair(const ChunkPass& f, int64_t fl, const ChunkPass& b, int64_t bl) {
+    const bool fwd = f.valid(), bwd = b.valid();
+    const ChunkPlan* fc = fwd ? &plan_.chunk(f.chunk) : nullptr;
+    const ChunkPlan* bc = bwd ? &plan_.chunk(b.chunk) : nullptr;
     int64_t fs = -1, bs = -1;
-    const LayerSegment* f_segment = fwd ? SegmentOf(fl, &fs) : nullptr;
-    const LayerSegment* b_segment = bwd ? SegmentOf(bl, &bs) : nullptr;
-    const bool f_moe = fwd && plan_.layer_is_moe[fl];
-    const bool b_moe = bwd && plan_.layer_is_moe[bl];
+    const LayerSegment* f_segment = fwd ? SegmentOf(*fc, fl, &fs) : nullptr;
+    const LayerSegment* b_segment = bwd ? SegmentOf(*bc, bl, &bs) : nullptr;
+    const bool f_moe = fwd && fc->layer_is_moe[fl];
+    const bool b_moe = bwd && bc->layer_is_moe[bl];
     if (b_segment && b_segment->last_layer() == bl) Replay(b, bs);
-    if (bwd && plan_.is_mtp(bl)) Add(NodeKind::kMtpPostProcess, Phase::kBackward, b, bl);
-    if (bwd)
+    if (bwd && bc->is_mtp(bl)) Add(NodeKind::kMtpPostProcess, Phase::kBackward, b, bl);
+    if (bwd) {
       Add(NodeKind::kCombine, Phase::kBackward, b, bl, -1,
           b_moe ? Stream::kComm : Stream::kCompute);
+    }
     if (fwd) Epilogue();  // the previous layer's output, for the capture or attn
     if (f_segment && f_segment->first_layer == fl) {
       Add(NodeKind::kSegment, Phase::kCapture, f, fl, fs, Stream::kNone);
@@ -96,7 +123,7 @@ class PlanBuilder {
       pending_epilogue_ = {f, fl};
     }
     if (bwd) Add(NodeKind::kAttn, Phase::kBackward, b, bl);
-    if (fwd && plan_.is_mtp(fl)) {
+    if (fwd && fc->is_mtp(fl)) {
       Epilogue();
       Add(NodeKind::kMtpPostProcess, Phase::kForward, f, fl);
     }
@@ -107,94 +134,174 @@ class PlanBuilder {
 
   // The segment's forward again, with grad, as the first action of its tail layer's backward;
   // nothing of the other microbatch runs meanwhile, so its all-to-alls are exposed.
-  void Replay(int64_t b, int64_t segment) {
-    const LayerSegment& s = plan_.recompute.segments[segment];
+  void Replay(const ChunkPass& b, int64_t segment) {
+    const ChunkPlan& chunk = plan_.chunk(b.chunk);
+    const LayerSegment& s = chunk.recompute.segments[segment];
     Add(NodeKind::kSegment, Phase::kReplay, b, s.last_layer(), segment, Stream::kNone);
     for (int64_t l = s.first_layer; l <= s.last_layer(); ++l) {
-      const bool moe = plan_.layer_is_moe[l];
+      const bool moe = chunk.layer_is_moe[l];
       Add(NodeKind::kAttn, Phase::kReplay, b, l, segment);
       Add(NodeKind::kDispatch, Phase::kReplay, b, l, segment, CommStream(moe));
       Add(NodeKind::kMlp, Phase::kReplay, b, l, segment);
       Add(NodeKind::kCombine, Phase::kReplay, b, l, segment,
           moe ? Stream::kComm : Stream::kCompute);
       Add(NodeKind::kCombineEpilogue, Phase::kReplay, b, l, segment);
-      if (plan_.is_mtp(l)) Add(NodeKind::kMtpPostProcess, Phase::kReplay, b, l, segment);
+      if (chunk.is_mtp(l)) Add(NodeKind::kMtpPostProcess, Phase::kReplay, b, l, segment);
     }
     Add(NodeKind::kSegment, Phase::kReplayDone, b, s.last_layer(), segment, Stream::kNone);
   }
 
   static Stream CommStream(bool moe) { return moe ? Stream::kComm : Stream::kNone; }
 
-  // The epilogue of the forward microbatch's last combine, right before the first operation
-  // that needs the layer's output: its all-to-all stays in flight as long as it can.
+  // The epilogue of the forward pass's last combine, right before the first operation that needs
+  // the layer's output: its all-to-all stays in flight as long as it can.
   void Epilogue() {
-    if (pending_epilogue_.first < 0) return;
+    if (pending_epilogue_.second < 0) return;
     Add(NodeKind::kCombineEpilogue, Phase::kForward, pending_epilogue_.first,
         pending_epilogue_.second);
-    pending_epilogue_ = {-1, -1};
+    pending_epilogue_ = {ChunkPass{}, -1};
   }
 
-  void Add(NodeKind node, Phase phase, int64_t microbatch, int64_t layer = -1, int64_t segment = -1,
-           Stream stream = Stream::kCompute) {
-    plan_.ops.push_back({node, phase, microbatch, layer, segment, stream});
+  void Add(NodeKind node, Phase phase, const ChunkPass& pass, int64_t layer = -1,
+           int64_t segment = -1, Stream stream = Stream::kCompute) {
+    NodeOp op;
+    op.node = node;
+    op.phase = phase;
+    op.microbatch = pass.microbatch;
+    op.chunk = pass.chunk;
+    op.layer = layer;
+    op.segment = segment;
+    op.stream = stream;
+    plan_.ops.push_back(op);
   }
 
   CombinedStepPlan& plan_;
-  std::pair<int64_t, int64_t> pending_epilogue_{-1, -1};  // (microbatch, layer)
+  std::pair<ChunkPass, int64_t> pending_epilogue_{ChunkPass{}, -1};  // (pass, layer)
 };
 
 }  // namespace
 
-CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, int64_t microbatches,
+std::string ChunkPlan::LayerName(int64_t layer) const {
+  if (layer < 0) return "-";
+  if (is_mtp(layer)) return "mtp" + std::to_string(stage.first_mtp + layer - stage.layers);
+  return std::to_string(stage.first_layer + layer);
+}
+
+CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, const PipelineLayout& pipeline,
+                                       int64_t pp_rank, int64_t microbatches,
                                        const RecomputeConfig& recompute) {
   CombinedStepPlan plan;
-  plan.decoder_layers = model.layers;
-  plan.mtp_layers = model.mtp_layers;
   plan.microbatches = microbatches;
-  for (int64_t l = 0; l < model.layers; ++l) plan.layer_is_moe.push_back(model.layer_is_moe(l));
-  for (int64_t d = 0; d < model.mtp_layers; ++d) plan.layer_is_moe.push_back(model.mtp_is_moe());
-  plan.recompute = BuildRecomputePlan(recompute, model.layers, model.mtp_layers);
+  plan.pp = pipeline.pp;
+  plan.vpp = pipeline.vpp;
+  plan.pp_rank = pp_rank;
+  for (int64_t c = 0; c < pipeline.vpp; ++c) {
+    ChunkPlan chunk;
+    chunk.stage = pipeline.stage(pp_rank, c);
+    chunk.model_decoder_layers = model.layers;
+    for (int64_t l = 0; l < chunk.stage.layers; ++l) {
+      chunk.layer_is_moe.push_back(model.layer_is_moe(chunk.stage.first_layer + l));
+    }
+    for (int64_t d = 0; d < chunk.stage.mtp_layers; ++d) {
+      chunk.layer_is_moe.push_back(model.mtp_is_moe());
+    }
+    chunk.recompute = BuildRecomputePlan(recompute, chunk.stage.layers, chunk.stage.mtp_layers);
+    chunk.input_parts = pipeline.ActivationParts(chunk.stage.index);
+    chunk.output_parts = chunk.input_parts + chunk.stage.mtp_layers;
+    plan.chunks.push_back(std::move(chunk));
+  }
+  PipelineScheduleConfig schedule;
+  schedule.pp = pipeline.pp;
+  schedule.vpp = pipeline.vpp;
+  schedule.microbatches = microbatches;
+  schedule.ep_overlap = true;
+  plan.steps = PipelineSchedule(schedule, pp_rank);
   PlanBuilder builder(&plan);
-  builder.CombinedStep(0, -1);
-  for (int64_t k = 1; k < microbatches; ++k) builder.CombinedStep(k, k - 1);
-  builder.CombinedStep(-1, microbatches - 1);
+  if (!plan.steps.empty()) builder.PostReceives(plan.steps.front());
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const PipelineStep* next = i + 1 < plan.steps.size() ? &plan.steps[i + 1] : nullptr;
+    builder.CombinedStep(plan.steps[i].forward, plan.steps[i].backward, next);
+  }
   return plan;
+}
+
+CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, int64_t microbatches,
+                                       const RecomputeConfig& recompute) {
+  return BuildCombinedStepPlan(model, EvenPipelineLayout(1, 1, model.layers, model.mtp_layers), 0,
+                               microbatches, recompute);
 }
 
 namespace {
 
-std::string LayerName(const CombinedStepPlan& plan, int64_t layer) {
-  if (layer < 0) return "-";
-  if (plan.is_mtp(layer)) return "mtp" + std::to_string(layer - plan.decoder_layers);
-  return std::to_string(layer);
+// "E t0 t1", "t4 m0 L", "empty": what a chunk holds.
+std::string ChunkContents(const ChunkPlan& chunk) {
+  std::string out;
+  auto add = [&](const std::string& part) { out += (out.empty() ? "" : " ") + part; };
+  if (chunk.pre_process()) add("E");
+  for (int64_t l = 0; l < chunk.layers(); ++l) {
+    add(chunk.is_mtp(l) ? "m" + std::to_string(chunk.stage.first_mtp + l - chunk.stage.layers)
+                        : "t" + std::to_string(chunk.stage.first_layer + l));
+  }
+  if (chunk.post_process()) add("L");
+  return out.empty() ? "empty" : out;
+}
+
+// Where a pipeline transfer goes: "stage 3 (rank 1)".
+std::string Peer(const CombinedStepPlan& plan, int64_t stage) {
+  return "stage " + std::to_string(stage) + " (rank " + std::to_string(stage % plan.pp) + ")";
 }
 
 }  // namespace
 
 std::string FormatPlan(const CombinedStepPlan& plan) {
   std::ostringstream out;
-  out << "layers: " << plan.decoder_layers << " decoder";
-  if (plan.mtp_layers) out << " + " << plan.mtp_layers << " MTP";
-  out << "; microbatches: " << plan.microbatches << "\n";
-  out << "recompute segments:";
-  if (plan.recompute.segments.empty()) out << " none";
-  for (size_t i = 0; i < plan.recompute.segments.size(); ++i) {
-    out << " " << i << "=" << FormatSegment(plan.recompute.segments[i], plan.decoder_layers);
+  if (plan.pipelined()) {
+    out << "pipeline rank " << plan.pp_rank << " of " << plan.pp << ", " << plan.vpp
+        << " model chunks; microbatches: " << plan.microbatches << "\n";
+    out << "combined steps: " << FormatPipelineSchedule(plan.steps) << "\n";
+  } else {
+    const ChunkPlan& c = plan.chunk(0);
+    out << "layers: " << c.decoder_layers() << " decoder";
+    if (c.mtp_layers()) out << " + " << c.mtp_layers() << " MTP";
+    out << "; microbatches: " << plan.microbatches << "\n";
   }
-  out << "\n";
-  for (const std::string& w : plan.recompute.warnings) out << "warning: " << w << "\n";
+  for (const ChunkPlan& c : plan.chunks) {
+    if (plan.pipelined()) {
+      out << "chunk " << c.stage.chunk << " (stage " << c.stage.index << ": " << ChunkContents(c)
+          << ") ";
+    }
+    out << "recompute segments:";
+    if (c.recompute.segments.empty()) out << " none";
+    for (size_t i = 0; i < c.recompute.segments.size(); ++i) {
+      out << " " << i << "="
+          << FormatSegment(
+                 InModelNumbering(c.recompute.segments[i], c.stage, c.model_decoder_layers),
+                 c.model_decoder_layers);
+    }
+    out << "\n";
+    for (const std::string& w : c.recompute.warnings) out << "warning: " << w << "\n";
+  }
   out << "operations: " << plan.ops.size() << "\n";
-  char line[160];
-  std::snprintf(line, sizeof(line), "%5s  %3s  %-5s  %-20s  %-19s  %-7s\n", "#", "mb", "layer",
-                "node", "phase", "stream");
+  char line[200];
+  std::snprintf(line, sizeof(line), "%5s  %5s  %3s  %-5s  %-20s  %-19s  %-7s  %s\n", "#", "chunk",
+                "mb", "layer", "node", "phase", "stream", "peer");
   out << line;
   for (size_t i = 0; i < plan.ops.size(); ++i) {
     const NodeOp& op = plan.ops[i];
+    const ChunkPlan& c = plan.chunk(op.chunk);
     std::string node = ToString(op.node);
     if (op.node == NodeKind::kSegment) node += "[" + std::to_string(op.segment) + "]";
-    std::snprintf(line, sizeof(line), "%5zu  %3lld  %-5s  %-20s  %-19s  %-7s\n", i,
-                  static_cast<long long>(op.microbatch), LayerName(plan, op.layer).c_str(),
-                  node.c_str(), ToString(op.phase), ToString(op.stream));
+    std::string peer;
+    if (op.node == NodeKind::kP2pRecv || op.node == NodeKind::kP2pSend) {
+      // Forward transfers come from the previous stage and go to the next; gradients go back.
+      const bool from_previous = (op.node == NodeKind::kP2pRecv) == (op.phase == Phase::kForward);
+      peer = (op.node == NodeKind::kP2pRecv ? "from " : "to ") +
+             Peer(plan, c.stage.index + (from_previous ? -1 : 1));
+    }
+    std::snprintf(line, sizeof(line), "%5zu  %5lld  %3lld  %-5s  %-20s  %-19s  %-7s  %s\n", i,
+                  static_cast<long long>(op.chunk), static_cast<long long>(op.microbatch),
+                  c.LayerName(op.layer).c_str(), node.c_str(), ToString(op.phase),
+                  ToString(op.stream), peer.c_str());
     out << line;
   }
   return out.str();
@@ -202,24 +309,54 @@ std::string FormatPlan(const CombinedStepPlan& plan) {
 
 std::string PlanToJson(const CombinedStepPlan& plan) {
   nlohmann::json j;
-  j["decoder_layers"] = plan.decoder_layers;
-  j["mtp_layers"] = plan.mtp_layers;
+  j["pp"] = plan.pp;
+  j["vpp"] = plan.vpp;
+  j["pp_rank"] = plan.pp_rank;
   j["microbatches"] = plan.microbatches;
-  j["segments"] = nlohmann::json::array();
-  for (const LayerSegment& s : plan.recompute.segments) {
-    j["segments"].push_back({{"first_layer", s.first_layer},
-                             {"last_layer", s.last_layer()},
-                             {"name", FormatSegment(s, plan.decoder_layers)}});
+  j["steps"] = nlohmann::json::array();
+  for (const PipelineStep& step : plan.steps) {
+    nlohmann::json s = nlohmann::json::object();
+    if (step.forward.valid()) {
+      s["forward"] = {{"chunk", step.forward.chunk}, {"microbatch", step.forward.microbatch}};
+    }
+    if (step.backward.valid()) {
+      s["backward"] = {{"chunk", step.backward.chunk}, {"microbatch", step.backward.microbatch}};
+    }
+    j["steps"].push_back(s);
   }
-  j["warnings"] = plan.recompute.warnings;
+  j["chunks"] = nlohmann::json::array();
+  for (const ChunkPlan& c : plan.chunks) {
+    nlohmann::json chunk = {{"chunk", c.stage.chunk},       {"stage", c.stage.index},
+                            {"contents", ChunkContents(c)}, {"decoder_layers", c.decoder_layers()},
+                            {"mtp_layers", c.mtp_layers()}, {"warnings", c.recompute.warnings}};
+    chunk["layers"] = nlohmann::json::array();
+    for (int64_t l = 0; l < c.layers(); ++l) chunk["layers"].push_back(c.LayerName(l));
+    chunk["segments"] = nlohmann::json::array();
+    for (const LayerSegment& s : c.recompute.segments) {
+      chunk["segments"].push_back(
+          {{"first_layer", s.first_layer},
+           {"last_layer", s.last_layer()},
+           {"name", FormatSegment(InModelNumbering(s, c.stage, c.model_decoder_layers),
+                                  c.model_decoder_layers)}});
+    }
+    j["chunks"].push_back(chunk);
+  }
   j["ops"] = nlohmann::json::array();
   for (const NodeOp& op : plan.ops) {
     nlohmann::json o = {{"node", ToString(op.node)},
                         {"phase", ToString(op.phase)},
+                        {"chunk", op.chunk},
                         {"microbatch", op.microbatch},
                         {"stream", ToString(op.stream)}};
-    if (op.layer >= 0) o["layer"] = op.layer;
+    if (op.layer >= 0) {
+      o["layer"] = op.layer;  // within the chunk
+      o["layer_name"] = plan.chunk(op.chunk).LayerName(op.layer);
+    }
     if (op.segment >= 0) o["segment"] = op.segment;
+    if (op.node == NodeKind::kP2pRecv || op.node == NodeKind::kP2pSend) {
+      const bool from_previous = (op.node == NodeKind::kP2pRecv) == (op.phase == Phase::kForward);
+      o["peer_stage"] = plan.chunk(op.chunk).stage.index + (from_previous ? -1 : 1);
+    }
     j["ops"].push_back(o);
   }
   return j.dump(2);

@@ -1,11 +1,17 @@
 #ifndef BITPARITY_OVERLAP_IMPL_COMBINED_STEP_PLAN_H_
 #define BITPARITY_OVERLAP_IMPL_COMBINED_STEP_PLAN_H_
 
-// The schedule of one iteration of the overlap arm, as data: the ordered list of node
-// operations over every microbatch. Microbatches run F0, (F1 | B0), ..., (F(M-1) | B(M-2)),
-// B(M-1); inside a combined step the post-process backward comes first, then forward layer i
-// is paired with backward layer L-1-i in Megatron's per-layer issue order, so that each
-// communication node of one microbatch is issued next to a compute node of the other:
+// The schedule of one iteration of the overlap arm on one pipeline rank, as data: the ordered
+// list of node operations over every (model chunk, microbatch) pair of the rank. The pairs run in
+// the order of Megatron's combined 1F1B (core/pipeline_schedule.h with the EP overlap's extra
+// warm-up forward): without a pipeline F0, (F1 | B0), ..., (F(M-1) | B(M-2)), B(M-1); with one,
+// the interleaved order, where a combined step merges the forward of one (chunk, microbatch)
+// with the backward of another, possibly of another chunk with another number of layers.
+//
+// Inside a combined step (Megatron's TransformerModelChunkSchedulePlan.run): the forward's
+// pre-process, the backward's post-process, then forward layer i paired with backward layer
+// Lb-1-i for i < min(Lf, Lb) in Megatron's per-layer issue order, so that each communication
+// node of one microbatch is issued next to a compute node of the other:
 //
 //   b: [replay segment if the layer is its tail]   b: mtp_post_process backward
 //   b: combine backward (comm)                     f: [capture segment if head] attn forward
@@ -14,6 +20,7 @@
 //   f: combine forward (comm)                      b: attn backward
 //   f: mtp_post_process forward                    b: [release segment if the layer is its head]
 //
+// then the backward's remaining layers alone, then the forward's remaining layers alone.
 // Each all-to-all is started when issued and waited for by the first node that needs its
 // result, so it runs under the compute node issued after it: combine_bwd(k) | attn_fwd(k+1),
 // dispatch_fwd(k+1) | mlp_bwd(k), dispatch_bwd(k) | mlp_fwd(k+1), combine_fwd(k+1) |
@@ -21,16 +28,24 @@
 // §1.4) is that dispatch forward is issued before mlp backward: on a GPU the comm stream
 // overlaps them whatever the issue order; on a CPU a compute node blocks while it runs.
 //
-// then the post-process forward, the pre-process backward and the per-microbatch gradient
-// flush. A segment replay is listed node by node: `segment replay` (restore the chunk-state
-// snapshot and the RNG state), every node of every layer of the segment with phase `replay`
-// (its all-to-alls exposed: each is waited for by the next node), then `segment replay_done`.
+// The step ends as Megatron's does: the forward's send to the next stage (post_forward) and the
+// backward's send to the previous one (post_backward), the post-process forward (loss stage),
+// the pre-process backward (first stage), the per-pass gradient flush and the release of the
+// recomputed layers' no-grad activations; then the receives of the next step are posted
+// (Megatron posts them with its sends), so that their bytes travel while this rank still works
+// and the next step's first consumer waits for them only if they are late.
+//
+// A segment replay is listed node by node: `segment replay` (restore the chunk-state snapshot
+// and the RNG state), every node of every layer of the segment with phase `replay` (its
+// all-to-alls exposed: each is waited for by the next node), then `segment replay_done`.
 // Torch-free: `bitparity plan` prints it without training.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/pipeline_layout.h"
+#include "core/pipeline_schedule.h"
 #include "core/recipe.h"
 #include "core/recompute_plan.h"
 
@@ -45,6 +60,8 @@ enum class NodeKind {
   kCombineEpilogue,  // the combine's compute: wait for its all-to-all, unpermute, residual
   kMtpPostProcess,
   kPostProcess,
+  kP2pRecv,  // a pipeline receive: forward, the activation; backward, the output's gradient
+  kP2pSend,  // a pipeline send: forward, the chunk's output; backward, its input's gradient
   kSegment,  // a recompute segment: capture, replay, release
   kChunk,    // a microbatch as a whole: gradient flush, release of recomputed activations
 };
@@ -70,17 +87,47 @@ struct NodeOp {
   NodeKind node = NodeKind::kAttn;
   Phase phase = Phase::kForward;
   int64_t microbatch = 0;
-  int64_t layer = -1;    // -1 for chunk-level operations
+  int64_t chunk = 0;     // the rank's model chunk (0 .. vpp - 1)
+  int64_t layer = -1;    // within the chunk: decoder layers, then MTP; -1 for chunk operations
   int64_t segment = -1;  // for segment operations
   Stream stream = Stream::kCompute;
 };
 
+// One model chunk of the rank (a pipeline stage) as the plan schedules it. Its layers are
+// numbered within the chunk, decoder layers first, then MTP depths, as its recompute plan
+// counts them (Megatron's TransformerBlock counts within the chunk too).
+struct ChunkPlan {
+  PipelineStage stage;               // which pieces of the model the chunk holds
+  int64_t model_decoder_layers = 0;  // of the whole model (names of MTP layers)
+  std::vector<bool> layer_is_moe;    // per layer of the chunk
+  RecomputePlan recompute;           // counted within the chunk
+  // Rows of the activation entering / leaving the chunk, in microbatches: 1 + the MTP depths
+  // stacked under the main hidden states (an MTP stage sends both, as Megatron does).
+  int64_t input_parts = 1;
+  int64_t output_parts = 1;
+
+  int64_t decoder_layers() const { return stage.layers; }
+  int64_t mtp_layers() const { return stage.mtp_layers; }
+  int64_t layers() const { return stage.layers + stage.mtp_layers; }
+  bool is_mtp(int64_t layer) const { return layer >= stage.layers; }
+  bool pre_process() const { return stage.embedding; }
+  bool post_process() const { return stage.loss; }
+  bool receives() const { return stage.index > 0; }
+  bool sends() const { return !stage.loss; }
+  // The decoder's final norm, on this chunk's last decoder layer (in its combine epilogue), or in
+  // the post-process of a loss stage that holds no decoder layer.
+  bool final_norm_in_post_process() const { return stage.final_norm && stage.layers == 0; }
+  // The layer's name in the whole model: "3" (decoder layer 3) or "mtp0".
+  std::string LayerName(int64_t layer) const;
+};
+
 struct CombinedStepPlan {
-  int64_t decoder_layers = 0;
-  int64_t mtp_layers = 0;
-  int64_t microbatches = 0;
-  std::vector<bool> layer_is_moe;  // per layer, decoder then MTP
-  RecomputePlan recompute;
+  int64_t microbatches = 0;  // per pipeline rank
+  int64_t pp = 1;
+  int64_t vpp = 1;
+  int64_t pp_rank = 0;
+  std::vector<ChunkPlan> chunks;    // the rank's model chunks, by chunk index
+  std::vector<PipelineStep> steps;  // the combined steps, in order
   std::vector<NodeOp> ops;
   // How a segment replay treats an MTP layer's post-process and the chunk state: inside the
   // segment, and restored from the segment's snapshot, in every plan BuildCombinedStepPlan
@@ -88,10 +135,16 @@ struct CombinedStepPlan {
   bool mtp_post_process_in_segment = true;
   bool replay_restores_chunk_state = true;
 
-  int64_t layers() const { return decoder_layers + mtp_layers; }
-  bool is_mtp(int64_t layer) const { return layer >= decoder_layers; }
+  const ChunkPlan& chunk(int64_t index) const { return chunks[static_cast<size_t>(index)]; }
+  bool pipelined() const { return pp > 1; }
 };
 
+// The plan of pipeline rank `pp_rank` over the stages of `pipeline` (each chunk's recompute
+// segments counted within the chunk).
+CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, const PipelineLayout& pipeline,
+                                       int64_t pp_rank, int64_t microbatches,
+                                       const RecomputeConfig& recompute);
+// The plan without a pipeline: the whole model is one chunk.
 CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, int64_t microbatches,
                                        const RecomputeConfig& recompute);
 

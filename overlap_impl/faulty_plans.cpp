@@ -21,6 +21,7 @@ CombinedStepPlan WithScheduleBugs(CombinedStepPlan plan, const OverlapBugs& bugs
       flush.node = NodeKind::kChunk;
       flush.phase = Phase::kFlushGrads;
       flush.microbatch = op.microbatch;
+      flush.chunk = op.chunk;
       flush.stream = Stream::kNone;
       ops.push_back(flush);
     }

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -10,47 +11,89 @@
 
 namespace bitparity {
 
+namespace {
+
+CombinedStepPlan PlanFor(const GptModel& model, int64_t microbatches,
+                         const RecomputeConfig& recompute) {
+  const ParallelLayout& layout = model.layout();
+  if (layout.pipeline.stages.empty()) {
+    return BuildCombinedStepPlan(model.config(), microbatches, recompute);
+  }
+  return BuildCombinedStepPlan(model.config(), layout.pipeline, layout.pp_rank, microbatches,
+                               recompute);
+}
+
+}  // namespace
+
 OverlapEngine::OverlapEngine(GptModel* model, const RecomputeConfig& recompute,
-                             int64_t microbatches, const OverlapBugs& bugs)
+                             int64_t microbatches, const OverlapBugs& bugs,
+                             std::shared_ptr<Communicator> pipeline)
     : model_(model),
-      plan_(
-          WithScheduleBugs(BuildCombinedStepPlan(model->config(), microbatches, recompute), bugs)) {
+      plan_(WithScheduleBugs(PlanFor(*model, microbatches, recompute), bugs)),
+      pipeline_(std::move(pipeline)) {
+  if (plan_.pipelined() && !pipeline_) {
+    throw std::logic_error("overlap engine: a pipeline of " + std::to_string(plan_.pp) +
+                           " ranks needs its pipeline group");
+  }
   if (bugs.stale_routing_metadata) {
-    stale_routing_ = std::make_unique<StaleRoutingFault>(plan_.layers());
+    stale_routing_ =
+        std::make_unique<StaleRoutingFault>(model->config().layers + model->config().mtp_layers);
   }
   context_.model = model;
   context_.plan = &plan_;
+  context_.pipeline = pipeline_.get();
   context_.stale_routing = stale_routing_.get();
 }
 
+std::vector<std::string> OverlapEngine::warnings() const {
+  std::vector<std::string> warnings;
+  for (const ChunkPlan& chunk : plan_.chunks) {
+    for (const std::string& w : chunk.recompute.warnings) {
+      if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) warnings.push_back(w);
+    }
+  }
+  return warnings;
+}
+
 std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState>& microbatches) {
-  if (static_cast<int64_t>(microbatches.size()) != plan_.microbatches) {
-    throw std::logic_error("overlap engine: plan built for " + std::to_string(plan_.microbatches) +
+  const int64_t count = plan_.microbatches;
+  if (static_cast<int64_t>(microbatches.size()) != count) {
+    throw std::logic_error("overlap engine: plan built for " + std::to_string(count) +
                            " microbatches, got " + std::to_string(microbatches.size()));
   }
   timeline_.clear();
   context_.timeline = record_timeline_ ? &timeline_ : nullptr;
+  std::vector<PendingTransfer> sends;
+  context_.sends = &sends;
+  // Every chunk of a microbatch adds its layers' aux losses (and the loss stage its losses) to
+  // the microbatch's one entry.
+  std::vector<MicrobatchLosses> losses(microbatches.size());
   std::vector<std::unique_ptr<ChunkSchedule>> chunks;
-  for (ChunkState& state : microbatches) {
-    chunks.push_back(std::make_unique<ChunkSchedule>(&context_, state));
+  for (const ChunkPlan& chunk : plan_.chunks) {
+    for (int64_t m = 0; m < count; ++m) {
+      chunks.push_back(std::make_unique<ChunkSchedule>(&context_, &chunk,
+                                                       microbatches[static_cast<size_t>(m)],
+                                                       &losses[static_cast<size_t>(m)]));
+    }
   }
-  // Per microbatch, the gradient one backward operation hands the next (Megatron's b_grad).
+  // Per pass, the gradient one backward operation hands the next (Megatron's b_grad).
   std::vector<at::Tensor> grads(chunks.size());
   for (size_t i = 0; i < plan_.ops.size(); ++i) {
     const NodeOp& op = plan_.ops[i];
-    at::Tensor& grad = grads[static_cast<size_t>(op.microbatch)];
-    grad = chunks[op.microbatch]->Run(op, std::move(grad));
+    const size_t pass = static_cast<size_t>(op.chunk * count + op.microbatch);
+    grads[pass] = chunks[pass]->Run(op, std::move(grads[pass]));
     if (MemoryTimeline::enabled()) {
       std::string label = std::string(ToString(op.node)) + " " + ToString(op.phase) + " mb" +
                           std::to_string(op.microbatch);
-      if (op.layer >= 0) label += " layer " + std::to_string(op.layer);
+      if (plan_.pipelined()) label += " chunk " + std::to_string(op.chunk);
+      if (op.layer >= 0) label += " layer " + plan_.chunk(op.chunk).LayerName(op.layer);
       if (op.segment >= 0) label += " segment " + std::to_string(op.segment);
       MemoryTimeline::Mark(label);
     }
     if (after_op) after_op(i, op, chunks);
   }
-  std::vector<MicrobatchLosses> losses;
-  for (auto& chunk : chunks) losses.push_back(std::move(chunk->losses()));
+  for (PendingTransfer& send : sends) send.Wait();
+  context_.sends = nullptr;
   return losses;
 }
 

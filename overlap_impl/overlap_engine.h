@@ -3,9 +3,11 @@
 
 // The overlap arm: every layer split into schedule nodes, microbatches interleaved by the
 // combined 1F1B plan so that each all-to-all of one microbatch is in flight while a compute
-// node of the other runs, and full activation recompute per layer segment. The runner is a
-// loop over the plan's operations, each handed to its microbatch's ChunkSchedule with the
-// gradient the microbatch's previous backward operation produced.
+// node of the other runs, and full activation recompute per layer segment. With pipeline
+// parallelism the plan is the rank's interleaved combined 1F1B over its model chunks, with the
+// point-to-point transfers between stages as operations of the plan. The runner is a loop over
+// the plan's operations, each handed to the ChunkSchedule of its (chunk, microbatch) with the
+// gradient that pass's previous backward operation produced.
 
 #include <memory>
 #include <string>
@@ -24,11 +26,13 @@ class OverlapEngine : public Engine {
  public:
   // `bugs` re-creates silent bugs for the tests that show they are caught: as a faulty plan
   // (overlap_impl/faulty_plans.h) or the stale-routing fault; off by default.
+  // `pipeline`: this rank's pipeline group when pp > 1, else null.
   OverlapEngine(GptModel* model, const RecomputeConfig& recompute, int64_t microbatches,
-                const OverlapBugs& bugs = OverlapBugs());
+                const OverlapBugs& bugs = OverlapBugs(),
+                std::shared_ptr<Communicator> pipeline = nullptr);
 
   std::vector<MicrobatchLosses> RunIteration(std::vector<ChunkState>& microbatches) override;
-  std::vector<std::string> warnings() const override { return plan_.recompute.warnings; }
+  std::vector<std::string> warnings() const override;
 
   const CombinedStepPlan& plan() const { return plan_; }
 
@@ -36,13 +40,15 @@ class OverlapEngine : public Engine {
   void set_record_timeline(bool on) { record_timeline_ = on; }
   const std::vector<TimelineEvent>& timeline() const { return timeline_; }
 
-  // Called after every operation of the plan, with the chunk schedules (structural tests).
+  // Called after every operation of the plan, with the chunk schedules, the one of (chunk c,
+  // microbatch m) at c x microbatches + m (structural tests).
   std::function<void(size_t op, const NodeOp&, std::vector<std::unique_ptr<ChunkSchedule>>&)>
       after_op;
 
  private:
   GptModel* model_;
   CombinedStepPlan plan_;
+  std::shared_ptr<Communicator> pipeline_;
   std::unique_ptr<StaleRoutingFault> stale_routing_;
   OverlapContext context_;
   bool record_timeline_ = false;

@@ -129,16 +129,12 @@ std::vector<MicrobatchLosses> ReferenceEngine::RunIteration(std::vector<ChunkSta
 }
 
 std::vector<int64_t> ReferenceEngine::ActivationShape(int64_t index) const {
-  int64_t depths = 0;
-  for (const PipelineStage& s : model_->layout().pipeline.stages) {
-    if (s.index < index) depths += s.mtp_layers;
-  }
   const ModelConfig& c = model_->config();
-  return {micro_batch_ * (1 + depths), c.seq_len, c.hidden};
+  return {micro_batch_ * model_->layout().pipeline.ActivationParts(index), c.seq_len, c.hidden};
 }
 
 int64_t ReferenceEngine::Tag(int64_t stage, int64_t microbatch, bool gradient) const {
-  return (stage * microbatches_ + microbatch) * 2 + (gradient ? 1 : 0);
+  return PipelineTag(stage, microbatch, microbatches_, gradient);
 }
 
 ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStage& stage,

@@ -128,8 +128,8 @@ void WalkReference(const MemoryProbe& p, const RecomputePlan& plan, int64_t micr
 }
 
 void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w) {
-  const RecomputePlan& r = plan.recompute;
-  const int64_t layers = plan.layers();
+  const RecomputePlan& r = plan.chunk(0).recompute;
+  const int64_t layers = plan.chunk(0).layers();
   auto recomputed = [&](int64_t l) { return r.segment_of_layer[l] >= 0; };
   auto tail = [&](int64_t l) {
     return recomputed(l) && r.segments[r.segment_of_layer[l]].last_layer() == l;

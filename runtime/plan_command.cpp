@@ -73,15 +73,8 @@ std::string PipelineReferenceSchedule(const Recipe& recipe, const ArmConfig& arm
     for (int64_t c = 0; c < config.vpp; ++c) {
       const PipelineStage& s = pipeline.stage(r, c);
       const RecomputePlan plan = BuildRecomputePlan(arm.recompute, s.layers, s.mtp_layers);
-      std::string segments;
-      for (const LayerSegment& seg : plan.segments) {
-        // The chunk's plan numbers its layers from 0 and its MTP depths after them.
-        LayerSegment global = seg;
-        global.first_layer = seg.mtp
-                                 ? recipe.model.layers + s.first_mtp + seg.first_layer - s.layers
-                                 : s.first_layer + seg.first_layer;
-        segments += (segments.empty() ? "" : " ") + FormatSegment(global, recipe.model.layers);
-      }
+      const std::string formatted = FormatChunkSegments(plan, s, recipe.model.layers);
+      const std::string segments = formatted == "none" ? "" : formatted;
       rank["stages"].push_back({{"chunk", c}, {"stage", s.index}, {"recompute", segments}});
       text += "  chunk " + std::to_string(c) + " (stage " + std::to_string(s.index) +
               "): recompute " + (segments.empty() ? "none" : segments) + "\n";
@@ -138,13 +131,45 @@ int PrintPlan(const std::string& recipe_path, const std::string& arm_name, bool 
     std::fputs(schedule.c_str(), stdout);
     return kExitPass;
   }
-  CombinedStepPlan plan =
-      BuildCombinedStepPlan(recipe.model, recipe.microbatches_per_rank(), arm.recompute);
+  const ModelConfig model = recipe.model_of(arm);
+  const PipelineLayout pipeline = recipe.pipeline();
+  if (recipe.parallel.pp == 1) {
+    const CombinedStepPlan plan =
+        BuildCombinedStepPlan(model, pipeline, 0, recipe.microbatches_per_rank(), arm.recompute);
+    if (json) {
+      std::printf("%s\n", PlanToJson(plan).c_str());
+    } else {
+      std::printf("engine overlap, arm %s (%s)\n%s", arm.name.c_str(), recipe.path.c_str(),
+                  FormatPlan(plan).c_str());
+    }
+    return kExitPass;
+  }
+  // With a pipeline: every pipeline rank's plan (the EP ranks of a stage share it).
+  nlohmann::json ranks = nlohmann::json::array();
+  if (!json) {
+    std::printf(
+        "engine overlap, arm %s (%s): pipeline \"%s\" over pp %lld x vpp %lld; "
+        "interleaved combined 1F1B\n",
+        arm.name.c_str(), recipe.path.c_str(), pipeline.Text().c_str(),
+        static_cast<long long>(pipeline.pp), static_cast<long long>(pipeline.vpp));
+  }
+  for (int64_t r = 0; r < pipeline.pp; ++r) {
+    const CombinedStepPlan plan =
+        BuildCombinedStepPlan(model, pipeline, r, recipe.microbatches_per_rank(), arm.recompute);
+    if (json) {
+      ranks.push_back(nlohmann::json::parse(PlanToJson(plan)));
+    } else {
+      std::printf("\n%s", FormatPlan(plan).c_str());
+    }
+  }
   if (json) {
-    std::printf("%s\n", PlanToJson(plan).c_str());
-  } else {
-    std::printf("engine overlap, arm %s (%s)\n%s", arm.name.c_str(), recipe.path.c_str(),
-                FormatPlan(plan).c_str());
+    nlohmann::json j;
+    j["engine"] = "overlap";
+    j["pp"] = pipeline.pp;
+    j["vpp"] = pipeline.vpp;
+    j["layout"] = pipeline.Text();
+    j["ranks"] = ranks;
+    std::printf("%s\n", j.dump(2).c_str());
   }
   return kExitPass;
 }

@@ -162,12 +162,18 @@ std::vector<BadRecipe> BadRecipes() {
                "global_batch = 8", "global_batch = 12"),
        "[arms.reference] [parallel] 3 microbatches leave 1 after the last full group of 2; the "
        "interleaved schedule needs 0 or at least pp = 2 left"},
-      {"pipeline_overlap_engine",
+      {"pipeline_overlap_without_vpp",
        Replace(Replace(v, "ep = 2", "ep = 2\npp = 2"), "hidden = 32",
-               "hidden = 32\npipeline_layout = \"Et|t||tmL\"") +
+               "hidden = 32\npipeline_layout = \"Ett|tmL\"") +
            "\n[arms.overlap]\nengine = \"overlap\"\n",
-       "[arms.overlap] the overlap engine does not run pipeline parallelism yet ([parallel] pp "
-       "= 2)"},
+       "[arms.overlap] [parallel] the EP all-to-all overlap with pp = 2 needs vpp > 1 (Megatron's "
+       "rule: a combined step pairs two model chunks)"},
+      {"pipeline_reference_chunk_unit",
+       Replace(Replace(Replace(v, "ep = 2", "ep = 2\npp = 2"), "hidden = 32",
+                       "hidden = 32\npipeline_layout = \"Ett|tmL\""),
+               "num_layers = 1", "num_layers = 1\nunit = \"chunk\""),
+       "unit \"chunk\" (the overlap engine's whole-chunk replay) is not available to the "
+       "reference engine with [parallel] pp > 1"},
   };
 }
 

@@ -44,7 +44,8 @@ TEST(OverlapArm, PlanPrintsSegmentsAndEveryNodeOperation) {
       testing::RunBitparity({"plan", recipe, "--arm", "overlap", "--json"});
   ASSERT_EQ(json.exit_code, 0) << json.output;
   nlohmann::json plan = nlohmann::json::parse(json.output);
-  EXPECT_EQ(plan["segments"].size(), 4u);
+  ASSERT_EQ(plan["chunks"].size(), 1u);
+  EXPECT_EQ(plan["chunks"][0]["segments"].size(), 4u);
   EXPECT_EQ(plan["microbatches"], 4);
   int replays = 0, replayed_nodes = 0, comm = 0, replay_comm = 0;
   for (const auto& op : plan["ops"]) {

@@ -134,7 +134,7 @@ TEST_P(PlanInvariantsTest, MicrobatchOrderLayerPairingOverlapAndSegments) {
   const PlanCase& c = GetParam();
   CombinedStepPlan plan =
       BuildCombinedStepPlan(Model(c.layers, c.mtp), c.microbatches, c.recompute);
-  const int64_t L = plan.layers();
+  const int64_t L = plan.chunk(0).layers();
   const std::vector<NodeOp>& ops = plan.ops;
 
   // F0, (F1 | B0), ..., (F(M-1) | B(M-2)), B(M-1): the k-th pre-process forward is microbatch k,
@@ -193,7 +193,7 @@ TEST_P(PlanInvariantsTest, MicrobatchOrderLayerPairingOverlapAndSegments) {
   // Segments: per microbatch, one capture right before the head's attn forward, one replay as
   // the first operation of the tail layer's backward that replays exactly the segment's layers in
   // order, and one release right after the head layer's attn backward.
-  const RecomputePlan& r = plan.recompute;
+  const RecomputePlan& r = plan.chunk(0).recompute;
   for (int64_t m = 0; m < c.microbatches; ++m) {
     for (size_t s = 0; s < r.segments.size(); ++s) {
       const LayerSegment& seg = r.segments[s];

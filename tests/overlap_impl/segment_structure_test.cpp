@@ -39,7 +39,8 @@ void InstallChecks(Trainer& trainer, Violations* v) {
   const CombinedStepPlan& plan = engine->plan();
   engine->after_op = [v, &plan](size_t, const NodeOp& op,
                                 std::vector<std::unique_ptr<ChunkSchedule>>& chunks) {
-    ChunkSchedule& chunk = *chunks[op.microbatch];
+    ChunkSchedule& chunk =
+        *chunks[static_cast<size_t>(op.chunk * plan.microbatches + op.microbatch)];
     const std::string mb = "microbatch " + std::to_string(op.microbatch);
     if (op.node == NodeKind::kChunk && op.phase == Phase::kReleaseActivations) {
       for (size_t s = 0; s < chunk.segment_count(); ++s) {
@@ -66,7 +67,6 @@ void InstallChecks(Trainer& trainer, Violations* v) {
       std::lock_guard<std::mutex> lock(v->mutex);
       ++v->checked_backward;
     }
-    (void)plan;
   };
 }
 

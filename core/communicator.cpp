@@ -399,6 +399,20 @@ at::Tensor PendingTransfer::Wait() {
   return tensor_;
 }
 
+bool PendingTransfer::Completed() const { return waited_ || (work_ && work_->isCompleted()); }
+
+void ReleaseCompletedSends(std::vector<PendingTransfer>* sends) {
+  std::vector<PendingTransfer> in_flight;
+  for (PendingTransfer& send : *sends) {
+    if (send.Completed()) {
+      send.Wait();
+    } else {
+      in_flight.push_back(std::move(send));
+    }
+  }
+  *sends = std::move(in_flight);
+}
+
 at::Tensor Communicator::AllToAll(const at::Tensor& input, const std::vector<int64_t>& send_splits,
                                   const std::vector<int64_t>& recv_splits) {
   return StartAllToAll(input, send_splits, recv_splits).Wait();

@@ -92,6 +92,8 @@ class PendingTransfer {
   PendingTransfer() = default;
   at::Tensor Wait();
   bool valid() const { return tensor_.defined(); }
+  // Whether its bytes are through, without waiting.
+  bool Completed() const;
 
  private:
   friend class Communicator;
@@ -102,6 +104,12 @@ class PendingTransfer {
   bool waited_ = false;
   Communicator* owner_ = nullptr;
 };
+
+// Waits for the sends in `sends` that have completed, which frees what they kept alive (the sent
+// tensor, its transport buffer), and drops them; the others stay in flight. Never blocks: the
+// pipeline schedules call it between steps so that a sent activation lives no longer than its
+// transfer.
+void ReleaseCompletedSends(std::vector<PendingTransfer>* sends);
 
 class Communicator {
  public:

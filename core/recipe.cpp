@@ -129,11 +129,6 @@ void ValidateShapes(const Recipe& recipe, Diagnostics* diag) {
 void ValidatePipeline(Recipe* recipe, Diagnostics* diag) {
   ParallelConfig& p = recipe->parallel;
   if (p.pp == 1 && p.vpp == 1 && recipe->model.pipeline_layout.empty()) return;
-  if (p.pp > 1 && recipe->compare.memory_model > 0) {
-    diag->Add("[compare]",
-              "memory_model cannot be checked with [parallel] pp > 1 yet: the memory model "
-              "does not walk pipeline schedules; drop memory_model");
-  }
   try {
     const PipelineLayout layout = recipe->pipeline();
     if (!recipe->model.pipeline_layout.empty() && layout.vpp != p.vpp) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <fstream>
 #include <mutex>
 #include <ostream>
@@ -25,7 +26,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kKnownAxes = {"precision", "recompute", "mtp_layers", "dispatcher"};
+const std::vector<std::string> kKnownAxes = {"precision", "recompute", "mtp_layers", "dispatcher",
+                                             "pipeline"};
+
+// A named pipeline of [matrix.layouts]: pipeline ranks and a layout in Megatron's syntax.
+struct NamedLayout {
+  int64_t pp = 1;
+  std::string layout;
+};
 
 std::string Trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t");
@@ -41,9 +49,34 @@ std::string ReadText(const std::string& path) {
   return out.str();
 }
 
+// The edits of a pipeline value: "ppP-vppV" (the even split), "ppP" (vpp 1), or the name of
+// one of [matrix.layouts].
+std::vector<RecipeEdit> PipelineEdits(const std::string& value,
+                                      const std::map<std::string, NamedLayout>& layouts,
+                                      const std::string& where) {
+  auto named = layouts.find(value);
+  if (named != layouts.end()) {
+    return {{"parallel.vpp", std::monostate()},
+            {"parallel.pp", named->second.pp},
+            {"model.pipeline_layout", named->second.layout}};
+  }
+  static const std::regex even(R"(pp([0-9]{1,3})(-vpp([0-9]{1,3}))?)");
+  std::smatch m;
+  if (!std::regex_match(value, m, even)) {
+    throw InputError(where + ": pipeline values are ppP-vppV, ppP or a name of [matrix.layouts], "
+                             "got '" +
+                     value + "'");
+  }
+  return {{"model.pipeline_layout", std::monostate()},
+          {"parallel.pp", static_cast<int64_t>(std::stoll(m[1].str()))},
+          {"parallel.vpp", static_cast<int64_t>(m[3].matched ? std::stoll(m[3].str()) : 1)}};
+}
+
 // The recipe edits of one axis value; InputError for a value the axis cannot take.
 std::vector<RecipeEdit> AxisEdits(const std::string& axis, const std::string& value,
+                                  const std::map<std::string, NamedLayout>& layouts,
                                   const std::string& where) {
+  if (axis == "pipeline") return PipelineEdits(value, layouts, where);
   if (axis == "precision") return {{"precision.recipe", value}};
   if (axis == "dispatcher") return {{"model.dispatcher", value}};
   if (axis == "mtp_layers") {
@@ -128,7 +161,34 @@ Matrix LoadMatrix(const std::string& path) {
   m.base_path = (fs::path(path).parent_path() / base).string();
   const toml::table* axes_table = matrix.SubTable("axes");
   const toml::table* filters_table = matrix.SubTable("filters");
+  const toml::table* layouts_table = matrix.SubTable("layouts");
   matrix.RejectUnknown();
+  std::map<std::string, NamedLayout> layouts;
+  if (layouts_table) {
+    static const std::regex identifier("[a-z][a-z0-9_]*");
+    for (const auto& [key, node] : *layouts_table) {
+      const std::string name(key.str());
+      const std::string where = "[matrix.layouts] " + name;
+      if (!std::regex_match(name, identifier)) {
+        diag.Add("[matrix.layouts]", "names are lower-case identifiers (they name cells), got '" +
+                                         name + "'");
+        continue;
+      }
+      const toml::table* entry = node.as_table();
+      if (!entry) {
+        diag.Add("[matrix.layouts]", name + " must be a table { pp = P, layout = \"...\" }");
+        continue;
+      }
+      TableReader reader(entry, where, &diag);
+      NamedLayout layout;
+      layout.pp = reader.Int("pp", 0, 1, 1024);
+      layout.layout = reader.String("layout", "");
+      reader.RejectUnknown();
+      if (layout.pp < 1) diag.Add(where, "pp must be set (>= 1)");
+      if (layout.layout.empty()) diag.Add(where, "layout must be set (Megatron's syntax)");
+      layouts[name] = layout;
+    }
+  }
   std::map<std::string, std::vector<std::string>> axis_values;
   {
     TableReader axes(axes_table, "[matrix.axes]", &diag);
@@ -163,7 +223,7 @@ Matrix LoadMatrix(const std::string& path) {
     std::vector<RecipeEdit> edits;
     for (size_t a = 0; a < m.axes.size(); ++a) {
       cell.values[m.axes[a]] = values[a][index[a]];
-      for (RecipeEdit& e : AxisEdits(m.axes[a], values[a][index[a]], path)) {
+      for (RecipeEdit& e : AxisEdits(m.axes[a], values[a][index[a]], layouts, path)) {
         edits.push_back(std::move(e));
       }
     }

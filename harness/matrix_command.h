@@ -2,8 +2,8 @@
 #define BITPARITY_HARNESS_MATRIX_COMMAND_H_
 
 // `bitparity matrix FILE [--filter EXPR] [--jobs N] [--out DIR]`: expands a base recipe over
-// axes (precision, recompute, mtp_layers, dispatcher) and runs every cell through the same path
-// as `bitparity run`. One junit.xml with a testsuite per cell, one report.json with the
+// axes (precision, recompute, mtp_layers, dispatcher, pipeline) and runs every cell through the
+// same path as `bitparity run`. One junit.xml with a testsuite per cell, one report.json with the
 // cells x checks table. Cells that cannot run (their configuration breaks a rule) are reported
 // as skipped with the reason, never dropped.
 //
@@ -15,6 +15,9 @@
 //   recompute = ["uniform-1", "uniform-2", "block-1", "block-3"]   # or "none", "chunk"
 //   mtp_layers = [0, 1]
 //   dispatcher = ["alltoall", "flex"]
+//   pipeline = ["pp2-vpp2", "pp4-vpp3", "uneven"]   # ppP-vppV (even split), ppP, or a layout name
+//   [matrix.layouts]
+//   uneven = { pp = 2, layout = "Et*5|t*7|t*6|t*6||mL" }   # Megatron's syntax
 //   [matrix.filters]
 //   ci = "precision=bf16|mxfp8, recompute=uniform-1"
 // A filter is the name of one of [matrix.filters] or an expression of comma-separated

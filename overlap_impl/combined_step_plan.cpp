@@ -181,6 +181,32 @@ class PlanBuilder {
 
 }  // namespace
 
+int64_t ChunkPlan::ModelLayer(int64_t layer) const {
+  return is_mtp(layer) ? model_decoder_layers + stage.first_mtp + layer - stage.layers
+                       : stage.first_layer + layer;
+}
+
+std::vector<ChunkPlan> BuildChunkPlans(const ModelConfig& model, const PipelineLayout& pipeline,
+                                       int64_t pp_rank, const RecomputeConfig& recompute) {
+  std::vector<ChunkPlan> chunks;
+  for (int64_t c = 0; c < pipeline.vpp; ++c) {
+    ChunkPlan chunk;
+    chunk.stage = pipeline.stage(pp_rank, c);
+    chunk.model_decoder_layers = model.layers;
+    for (int64_t l = 0; l < chunk.stage.layers; ++l) {
+      chunk.layer_is_moe.push_back(model.layer_is_moe(chunk.stage.first_layer + l));
+    }
+    for (int64_t d = 0; d < chunk.stage.mtp_layers; ++d) {
+      chunk.layer_is_moe.push_back(model.mtp_is_moe());
+    }
+    chunk.recompute = BuildRecomputePlan(recompute, chunk.stage.layers, chunk.stage.mtp_layers);
+    chunk.input_parts = pipeline.ActivationParts(chunk.stage.index);
+    chunk.output_parts = chunk.input_parts + chunk.stage.mtp_layers;
+    chunks.push_back(std::move(chunk));
+  }
+  return chunks;
+}
+
 std::string ChunkPlan::LayerName(int64_t layer) const {
   if (layer < 0) return "-";
   if (is_mtp(layer)) return "mtp" + std::to_string(stage.first_mtp + layer - stage.layers);
@@ -195,21 +221,7 @@ CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, const PipelineL
   plan.pp = pipeline.pp;
   plan.vpp = pipeline.vpp;
   plan.pp_rank = pp_rank;
-  for (int64_t c = 0; c < pipeline.vpp; ++c) {
-    ChunkPlan chunk;
-    chunk.stage = pipeline.stage(pp_rank, c);
-    chunk.model_decoder_layers = model.layers;
-    for (int64_t l = 0; l < chunk.stage.layers; ++l) {
-      chunk.layer_is_moe.push_back(model.layer_is_moe(chunk.stage.first_layer + l));
-    }
-    for (int64_t d = 0; d < chunk.stage.mtp_layers; ++d) {
-      chunk.layer_is_moe.push_back(model.mtp_is_moe());
-    }
-    chunk.recompute = BuildRecomputePlan(recompute, chunk.stage.layers, chunk.stage.mtp_layers);
-    chunk.input_parts = pipeline.ActivationParts(chunk.stage.index);
-    chunk.output_parts = chunk.input_parts + chunk.stage.mtp_layers;
-    plan.chunks.push_back(std::move(chunk));
-  }
+  plan.chunks = BuildChunkPlans(model, pipeline, pp_rank, recompute);
   PipelineScheduleConfig schedule;
   schedule.pp = pipeline.pp;
   schedule.vpp = pipeline.vpp;

@@ -117,9 +117,16 @@ struct ChunkPlan {
   // The decoder's final norm, on this chunk's last decoder layer (in its combine epilogue), or in
   // the post-process of a loss stage that holds no decoder layer.
   bool final_norm_in_post_process() const { return stage.final_norm && stage.layers == 0; }
-  // The layer's name in the whole model: "3" (decoder layer 3) or "mtp0".
+  // The layer's index in the whole model (decoder layers, then MTP depths after them) and its
+  // name there: "3" (decoder layer 3) or "mtp0".
+  int64_t ModelLayer(int64_t layer) const;
   std::string LayerName(int64_t layer) const;
 };
+
+// The model chunks of pipeline rank `pp_rank` (all of the model as one chunk without a
+// pipeline), each with its recompute segments counted within it.
+std::vector<ChunkPlan> BuildChunkPlans(const ModelConfig& model, const PipelineLayout& pipeline,
+                                       int64_t pp_rank, const RecomputeConfig& recompute);
 
 struct CombinedStepPlan {
   int64_t microbatches = 0;  // per pipeline rank

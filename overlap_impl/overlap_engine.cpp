@@ -82,6 +82,11 @@ std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState
     const NodeOp& op = plan_.ops[i];
     const size_t pass = static_cast<size_t>(op.chunk * count + op.microbatch);
     grads[pass] = chunks[pass]->Run(op, std::move(grads[pass]));
+    // At every transfer (a step's sends come at its end, the next step's receives after them):
+    // sends whose bytes are through let go of their tensors.
+    if (op.node == NodeKind::kP2pRecv || op.node == NodeKind::kP2pSend) {
+      ReleaseCompletedSends(&sends);
+    }
     if (MemoryTimeline::enabled()) {
       std::string label = std::string(ToString(op.node)) + " " + ToString(op.phase) + " mb" +
                           std::to_string(op.microbatch);

@@ -254,6 +254,8 @@ std::vector<MicrobatchLosses> ReferenceEngine::RunPipelined(std::vector<ChunkSta
   std::map<std::pair<int64_t, int64_t>, ChunkPassState> live;  // (chunk, microbatch)
   std::vector<PendingTransfer> sends;
   for (const PipelineStep& step : PipelineSchedule(config, layout.pp_rank)) {
+    // Sends whose bytes are through let go of their tensors.
+    ReleaseCompletedSends(&sends);
     if (step.forward.valid()) {
       const int64_t c = step.forward.chunk, m = step.forward.microbatch;
       live[{c, m}] = ChunkForward(layout.pipeline.stage(layout.pp_rank, c),

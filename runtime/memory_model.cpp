@@ -5,12 +5,18 @@
 #include <functional>
 #include <optional>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "core/memory.h"
+#include "core/pipeline_schedule.h"
 #include "core/recompute_plan.h"
 #include "overlap_impl/combined_step_plan.h"
 
 namespace bitparity {
 namespace {
+
+// The seed of the probe's own generator (stage inputs of ranks without the embedding).
+constexpr uint64_t kProbeSeed = 0x6d656d6f7279;
 
 int64_t Live() { return MemoryTracker::current_bytes(); }
 
@@ -75,126 +81,216 @@ class Walk {
   std::string phase_;
 };
 
-std::string Where(const char* what, int64_t microbatch, int64_t layer = -1) {
+// "attn forward mb3 chunk 1 layer 5": where the walk met a total.
+std::string Label(const char* what, int64_t microbatch, const ChunkPlan& chunk, int64_t layer,
+                  bool pipelined) {
   std::string out = std::string(what) + " mb" + std::to_string(microbatch);
-  if (layer >= 0) out += " layer " + std::to_string(layer);
+  if (pipelined) out += " chunk " + std::to_string(chunk.stage.chunk);
+  if (layer >= 0) out += " layer " + chunk.LayerName(layer);
   return out;
 }
 
-int64_t TotalGradBytes(const MemoryProbe& p) {
-  int64_t g = p.embedding_grad_bytes + p.post_grad_bytes;
-  for (const LayerMemory& l : p.layers) g += l.grad_bytes;
-  return g;
+// The walk's view of one model chunk of the rank: its layers' sizes and segments.
+class ChunkSizes {
+ public:
+  ChunkSizes(const MemoryProbe& probe, const ChunkPlan& chunk, bool pipelined)
+      : p_(probe), c_(chunk), pipelined_(pipelined) {}
+
+  const LayerMemory& layer(int64_t l) const {
+    return p_.layers[static_cast<size_t>(c_.ModelLayer(l))];
+  }
+  bool recomputed(int64_t l) const { return c_.recompute.segment_of_layer[l] >= 0; }
+  const LayerSegment& segment(int64_t l) const {
+    return c_.recompute.segments[c_.recompute.segment_of_layer[l]];
+  }
+  bool tail(int64_t l) const { return recomputed(l) && segment(l).last_layer() == l; }
+  bool head(int64_t l) const { return recomputed(l) && segment(l).first_layer == l; }
+  int64_t layers() const { return c_.layers(); }
+  // The activation received from the previous stage and the gradient received from the next.
+  int64_t received() const { return c_.receives() ? p_.input_bytes * c_.input_parts : 0; }
+  int64_t received_gradient() const { return c_.sends() ? p_.input_bytes * c_.output_parts : 0; }
+  // An MTP chunk's output joins the main and MTP hidden states in one new tensor.
+  int64_t stacked_output() const {
+    return c_.mtp_layers() > 0 ? p_.input_bytes * c_.output_parts : 0;
+  }
+  // Every .grad the chunk's backward leaves until the flush.
+  int64_t grad_bytes() const {
+    int64_t g = (c_.pre_process() ? p_.embedding_grad_bytes : 0) +
+                (c_.post_process() ? p_.post_grad_bytes : 0);
+    for (int64_t l = 0; l < layers(); ++l) g += layer(l).grad_bytes;
+    return g;
+  }
+  std::string Where(const char* what, int64_t microbatch, int64_t l = -1) const {
+    return Label(what, microbatch, c_, l, pipelined_);
+  }
+  const ChunkPlan& plan() const { return c_; }
+
+ private:
+  const MemoryProbe& p_;
+  const ChunkPlan& c_;
+  bool pipelined_;
+};
+
+// The reference arm's forward of one pass: every layer's graph kept, but the checkpointed
+// segments' (their outputs only).
+void ReferenceForward(const MemoryProbe& p, const ChunkSizes& c, int64_t m, Walk* w) {
+  w->Add(c.received(), c.Where("receive", m));
+  if (c.plan().pre_process()) w->Add(p.embedding_retained, c.Where("embedding forward", m));
+  for (int64_t l = 0; l < c.layers(); ++l) {
+    const LayerMemory& a = c.layer(l);
+    if (c.recomputed(l)) {
+      w->Check(a.forward_transient_no_grad, c.Where("no-grad forward", m, l));
+      if (c.tail(l)) w->Add(p.input_bytes, c.Where("segment output", m, l));
+    } else {
+      w->Check(a.retained + a.forward_transient, c.Where("forward", m, l));
+      w->Add(a.retained, c.Where("forward", m, l));
+    }
+  }
+  if (c.plan().post_process()) {
+    w->Check(p.post_retained + p.post_forward_transient, c.Where("post-process forward", m));
+    w->Add(p.post_retained, c.Where("post-process forward", m));
+  } else {
+    w->Add(c.stacked_output(), c.Where("stacked output", m));
+  }
 }
 
-void WalkReference(const MemoryProbe& p, const RecomputePlan& plan, int64_t microbatches, Walk* w) {
-  const int64_t layers = static_cast<int64_t>(p.layers.size());
-  auto recomputed = [&](int64_t l) { return plan.segment_of_layer[l] >= 0; };
-  auto segment = [&](int64_t l) { return plan.segments[plan.segment_of_layer[l]]; };
-  for (int64_t m = 0; m < microbatches; ++m) {
-    w->Add(p.embedding_retained, Where("embedding forward", m));
-    for (int64_t l = 0; l < layers; ++l) {
-      const LayerMemory& a = p.layers[l];
-      if (recomputed(l)) {
-        w->Check(a.forward_transient_no_grad, Where("no-grad forward", m, l));
-        if (segment(l).last_layer() == l) w->Add(p.input_bytes, Where("segment output", m, l));
-      } else {
-        w->Check(a.retained + a.forward_transient, Where("forward", m, l));
-        w->Add(a.retained, Where("forward", m, l));
+// Its backward: segments replayed from their outputs down, gradients kept until the flush.
+void ReferenceBackward(const MemoryProbe& p, const ChunkSizes& c, int64_t m, Walk* w) {
+  if (c.plan().post_process()) {
+    w->Add(p.post_grad_bytes, c.Where("post-process backward", m));
+    w->Check(p.post_backward_transient, c.Where("post-process backward", m));
+    w->Add(-p.post_retained, c.Where("post-process backward", m));
+  } else {
+    w->Add(c.received_gradient(), c.Where("receive gradient", m));
+  }
+  for (int64_t l = c.layers() - 1; l >= 0; --l) {
+    const LayerMemory& a = c.layer(l);
+    if (c.tail(l)) {
+      for (int64_t j = c.segment(l).first_layer; j <= l; ++j) {
+        w->Check(c.layer(j).retained + c.layer(j).forward_transient, c.Where("replay", m, j));
+        w->Add(c.layer(j).retained, c.Where("replay", m, j));
       }
     }
-    w->Check(p.post_retained + p.post_forward_transient, Where("post-process forward", m));
-    w->Add(p.post_retained, Where("post-process forward", m));
-    w->Add(p.post_grad_bytes, Where("post-process backward", m));
-    w->Check(p.post_backward_transient, Where("post-process backward", m));
-    w->Add(-p.post_retained, Where("post-process backward", m));
-    for (int64_t l = layers - 1; l >= 0; --l) {
-      const LayerMemory& a = p.layers[l];
-      if (recomputed(l) && segment(l).last_layer() == l) {
-        for (int64_t j = segment(l).first_layer; j <= l; ++j) {
-          w->Check(p.layers[j].retained + p.layers[j].forward_transient, Where("replay", m, j));
-          w->Add(p.layers[j].retained, Where("replay", m, j));
-        }
-      }
-      w->Check(a.grad_bytes + a.backward_transient, Where("backward", m, l));
-      w->Add(a.grad_bytes - a.retained, Where("backward", m, l));
-      if (recomputed(l) && segment(l).first_layer == l) {
-        w->Add(-p.input_bytes, Where("backward", m, l));
-      }
+    w->Check(a.grad_bytes + a.backward_transient, c.Where("backward", m, l));
+    w->Add(a.grad_bytes - a.retained, c.Where("backward", m, l));
+    if (c.head(l)) w->Add(-p.input_bytes, c.Where("backward", m, l));
+  }
+  // The input's gradient goes back to the previous stage (its send lets go of it at once).
+  w->Check(c.received(), c.Where("send gradient", m));
+  w->Add(-c.received() - c.received_gradient() - c.stacked_output(), c.Where("backward end", m));
+  if (c.plan().pre_process()) {
+    w->Add(p.embedding_grad_bytes - p.embedding_retained, c.Where("embedding backward", m));
+  }
+  w->Add(-c.grad_bytes(), c.Where("gradient flush", m));
+}
+
+void WalkReference(const MemoryProbe& p, const std::vector<ChunkPlan>& chunks,
+                   const std::vector<PipelineStep>& steps, bool pipelined, Walk* w) {
+  for (const PipelineStep& step : steps) {
+    if (step.forward.valid()) {
+      const ChunkSizes c(p, chunks[static_cast<size_t>(step.forward.chunk)], pipelined);
+      ReferenceForward(p, c, step.forward.microbatch, w);
     }
-    w->Add(p.embedding_grad_bytes - p.embedding_retained, Where("embedding backward", m));
-    w->Add(-TotalGradBytes(p), Where("gradient flush", m));
+    if (step.backward.valid()) {
+      const ChunkSizes c(p, chunks[static_cast<size_t>(step.backward.chunk)], pipelined);
+      ReferenceBackward(p, c, step.backward.microbatch, w);
+    }
   }
 }
 
 void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w) {
-  const RecomputePlan& r = plan.chunk(0).recompute;
-  const int64_t layers = plan.chunk(0).layers();
-  auto recomputed = [&](int64_t l) { return r.segment_of_layer[l] >= 0; };
-  auto tail = [&](int64_t l) {
-    return recomputed(l) && r.segments[r.segment_of_layer[l]].last_layer() == l;
-  };
+  std::vector<ChunkSizes> sizes;
+  for (const ChunkPlan& chunk : plan.chunks) sizes.emplace_back(p, chunk, plan.pipelined());
   for (const NodeOp& op : plan.ops) {
+    const ChunkSizes& c = sizes[static_cast<size_t>(op.chunk)];
     const int64_t m = op.microbatch, l = op.layer;
     const bool fwd = op.phase == Phase::kForward;
     if (op.phase == Phase::kReplay && op.node != NodeKind::kSegment) {
       // A replayed layer holds what its forward with grad keeps, from its attn node on.
       if (op.node == NodeKind::kAttn) {
-        w->Check(p.layers[l].retained + p.layers[l].forward_transient,
-                 Where("segment replay", m, l));
-        w->Add(p.layers[l].retained, Where("segment replay", m, l));
+        w->Check(c.layer(l).retained + c.layer(l).forward_transient,
+                 c.Where("segment replay", m, l));
+        w->Add(c.layer(l).retained, c.Where("segment replay", m, l));
       }
       continue;
     }
     switch (op.node) {
       case NodeKind::kPreProcess:
         if (fwd) {
-          w->Add(p.embedding_retained, Where("pre_process forward", m));
+          w->Add(p.embedding_retained, c.Where("pre_process forward", m));
         } else {
-          w->Add(p.embedding_grad_bytes - p.embedding_retained, Where("pre_process backward", m));
+          w->Add(p.embedding_grad_bytes - p.embedding_retained, c.Where("pre_process backward", m));
         }
         break;
       case NodeKind::kPostProcess:
         if (fwd) {
-          w->Check(p.post_retained + p.post_forward_transient, Where("post_process forward", m));
-          w->Add(p.post_retained, Where("post_process forward", m));
+          w->Check(p.post_retained + p.post_forward_transient, c.Where("post_process forward", m));
+          w->Add(p.post_retained, c.Where("post_process forward", m));
         } else {
-          w->Add(p.post_grad_bytes, Where("post_process backward", m));
-          w->Check(p.post_backward_transient, Where("post_process backward", m));
-          w->Add(-p.post_retained, Where("post_process backward", m));
+          w->Add(p.post_grad_bytes, c.Where("post_process backward", m));
+          w->Check(p.post_backward_transient, c.Where("post_process backward", m));
+          w->Add(-p.post_retained - c.stacked_output(), c.Where("post_process backward", m));
           // The last layer's no-grad output fed the post-process and dies with it.
-          if (tail(layers - 1)) w->Add(-p.input_bytes, Where("post_process backward", m));
+          if (c.layers() > 0 && c.tail(c.layers() - 1)) {
+            w->Add(-p.input_bytes, c.Where("post_process backward", m));
+          }
         }
         break;
-      case NodeKind::kAttn: {
-        const LayerMemory& a = p.layers[l];
+      case NodeKind::kP2pRecv:
+        // The receive's buffer exists from when it is posted.
+        w->Add(fwd ? c.received() : c.received_gradient(),
+               c.Where(fwd ? "receive posted" : "gradient receive posted", m));
+        break;
+      case NodeKind::kP2pSend:
         if (fwd) {
-          if (recomputed(l)) {
-            w->Check(a.forward_transient_no_grad, Where("no-grad attn forward", m, l));
-            if (tail(l)) w->Add(p.input_bytes, Where("segment output", m, l));
+          // The output leaves with the step: a no-grad tail's output, an MTP chunk's stacked
+          // output, or (a chunk without layers) the activation it received.
+          int64_t leaving = c.stacked_output();
+          if (c.layers() > 0 && c.tail(c.layers() - 1)) leaving += p.input_bytes;
+          if (c.layers() == 0) leaving += c.received();
+          w->Add(-leaving, c.Where("send", m));
+        } else {
+          w->Check(c.received(), c.Where("send gradient", m));
+        }
+        break;
+      case NodeKind::kMtpPostProcess:
+        if (fwd && l == c.layers() - 1) w->Add(c.stacked_output(), c.Where("stacked output", m, l));
+        break;
+      case NodeKind::kAttn: {
+        const LayerMemory& a = c.layer(l);
+        if (fwd) {
+          if (c.recomputed(l)) {
+            w->Check(a.forward_transient_no_grad, c.Where("no-grad attn forward", m, l));
+            if (c.tail(l)) w->Add(p.input_bytes, c.Where("segment output", m, l));
           } else {
-            w->Check(a.retained + a.forward_transient, Where("attn forward", m, l));
-            w->Add(a.retained, Where("attn forward", m, l));
+            w->Check(a.retained + a.forward_transient, c.Where("attn forward", m, l));
+            w->Add(a.retained, c.Where("attn forward", m, l));
           }
         } else {
-          w->Check(a.grad_bytes + a.backward_transient, Where("attn backward", m, l));
-          w->Add(a.grad_bytes - a.retained, Where("attn backward", m, l));
+          w->Check(a.grad_bytes + a.backward_transient, c.Where("attn backward", m, l));
+          w->Add(a.grad_bytes - a.retained, c.Where("attn backward", m, l));
           // An eager layer fed by a no-grad segment's output frees that output here.
-          if (!recomputed(l) && l > 0 && tail(l - 1)) {
-            w->Add(-p.input_bytes, Where("attn backward", m, l));
+          if (!c.recomputed(l) && l > 0 && c.tail(l - 1)) {
+            w->Add(-p.input_bytes, c.Where("attn backward", m, l));
           }
         }
         break;
       }
       case NodeKind::kSegment: {
-        const LayerSegment& s = r.segments[op.segment];
-        if (op.phase == Phase::kRelease && s.first_layer > 0 && tail(s.first_layer - 1)) {
-          w->Add(-p.input_bytes, Where("segment release", m, s.first_layer));
+        const LayerSegment& s = c.plan().recompute.segments[op.segment];
+        if (op.phase == Phase::kRelease && s.first_layer > 0 && c.tail(s.first_layer - 1)) {
+          w->Add(-p.input_bytes, c.Where("segment release", m, s.first_layer));
         }
         break;
       }
       case NodeKind::kChunk:
-        if (op.phase == Phase::kFlushGrads) w->Add(-TotalGradBytes(p), Where("gradient flush", m));
+        if (op.phase == Phase::kFlushGrads) {
+          // The pass ends: its gradients, the activation it received (unless a chunk without
+          // layers passed it on at once) and the gradient it received go.
+          const int64_t received = c.layers() == 0 && !c.plan().post_process() ? 0 : c.received();
+          w->Add(-c.grad_bytes() - received - c.received_gradient(),
+                 c.Where("gradient flush", m));
+        }
         break;
       default:
         break;
@@ -212,31 +308,58 @@ MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
   MicrobatchLosses losses;
   TakeGradBytes(store);
 
-  at::Tensor embedded;
-  {
+  // What this rank holds: every stage of its pipeline rank (the whole model without a pipeline).
+  const ParallelLayout& layout = model.layout();
+  const PipelineLayout pipeline = layout.pipeline.stages.empty()
+                                      ? EvenPipelineLayout(1, 1, c.layers, c.mtp_layers)
+                                      : layout.pipeline;
+  bool embedding = false, loss = false;
+  std::vector<bool> local(static_cast<size_t>(c.layers + c.mtp_layers), false);
+  for (int64_t chunk = 0; chunk < pipeline.vpp; ++chunk) {
+    const PipelineStage& s = pipeline.stage(layout.pp_rank, chunk);
+    embedding |= s.embedding;
+    loss |= s.loss;
+    for (int64_t l = 0; l < s.layers; ++l) local[static_cast<size_t>(s.first_layer + l)] = true;
+    for (int64_t d = 0; d < s.mtp_layers; ++d) {
+      local[static_cast<size_t>(c.layers + s.first_mtp + d)] = true;
+    }
+  }
+
+  // A layer's input: the embedded tokens where the rank embeds them, else hidden states of the
+  // same shape drawn from a generator of the probe's own.
+  at::Tensor hidden;
+  if (embedding) {
     const int64_t before = Live();
     at::Tensor e = model.Embed(microbatch.input_ids);
     probe.embedding_retained = Live() - before;
     torch::autograd::backward({e}, {at::full_like(e, 1e-3)});
     probe.embedding_grad_bytes = TakeGradBytes(store);
-    embedded = e.detach();
+    hidden = e.detach();
+  } else {
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(kProbeSeed);
+    hidden = at::randn({microbatch.input_ids.size(0), c.seq_len, c.hidden}, generator,
+                       at::TensorOptions().dtype(at::kFloat))
+                 .to(model.device(), model.compute_dtype());
   }
-  probe.input_bytes = Bytes(embedded);
+  probe.input_bytes = Bytes(hidden);
 
-  // One probe per kind of layer: dense decoder, MoE decoder, MTP depth.
+  // One probe per kind of layer the rank holds: dense decoder, MoE decoder, MTP depth.
+  probe.layers.resize(local.size());
   std::optional<LayerMemory> dense, moe, mtp;
   for (int64_t l = 0; l < c.layers; ++l) {
+    if (!local[static_cast<size_t>(l)]) continue;
     std::optional<LayerMemory>& kind = c.layer_is_moe(l) ? moe : dense;
     if (!kind) {
       kind = ProbeLayer(
           [&](const at::Tensor& x) {
             return model.DecoderLayer(w.layers[l], x, microbatch, &losses);
           },
-          embedded, store);
+          hidden, store);
     }
-    probe.layers.push_back(*kind);
+    probe.layers[static_cast<size_t>(l)] = *kind;
   }
   for (int64_t d = 0; d < c.mtp_layers; ++d) {
+    if (!local[static_cast<size_t>(c.layers + d)]) continue;
     if (!mtp) {
       mtp = ProbeLayer(
           [&](const at::Tensor& x) {
@@ -246,13 +369,13 @@ MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
             y = model.DecoderLayer(w.mtp[d].layer, y, state, &losses);
             return model.MtpFinalNorm(w.mtp[d], y);
           },
-          embedded, store);
+          hidden, store);
     }
-    probe.layers.push_back(*mtp);
+    probe.layers[static_cast<size_t>(c.layers + d)] = *mtp;
   }
 
-  {
-    at::Tensor h = embedded.clone().requires_grad_(true);
+  if (loss) {
+    at::Tensor h = hidden.clone().requires_grad_(true);
     std::vector<at::Tensor> mtp_hidden;
     for (int64_t d = 0; d < c.mtp_layers; ++d) mtp_hidden.push_back(h);
     const int64_t before = Live();
@@ -272,7 +395,7 @@ MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
 
   // The data-parallel reduction gathers every rank's replicated main grads (fp32), concatenated
   // once, and sums them into one more buffer.
-  const int64_t world = model.layout().dp_size;
+  const int64_t world = layout.dp_size;
   if (world > 1) {
     int64_t replicated = 0;
     for (const Parameter& p : store.all()) {
@@ -284,13 +407,19 @@ MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
 }
 
 MemoryPrediction PredictPeak(const MemoryProbe& probe, const ArmConfig& arm,
-                             const ModelConfig& model, int64_t microbatches, int64_t static_bytes) {
+                             const ModelConfig& model, const PipelineLayout& pipeline,
+                             int64_t pp_rank, int64_t microbatches, int64_t static_bytes) {
   Walk w;
   if (arm.engine == EngineKind::kReference) {
-    WalkReference(probe, BuildRecomputePlan(arm.recompute, model.layers, model.mtp_layers),
-                  microbatches, &w);
+    PipelineScheduleConfig schedule;
+    schedule.pp = pipeline.pp;
+    schedule.vpp = pipeline.vpp;
+    schedule.microbatches = microbatches;
+    WalkReference(probe, BuildChunkPlans(model, pipeline, pp_rank, arm.recompute),
+                  PipelineSchedule(schedule, pp_rank), pipeline.pp > 1, &w);
   } else {
-    WalkOverlap(probe, BuildCombinedStepPlan(model, microbatches, arm.recompute), &w);
+    WalkOverlap(probe,
+                BuildCombinedStepPlan(model, pipeline, pp_rank, microbatches, arm.recompute), &w);
   }
   w.Check(probe.reduction_transient, "gradient reduction");
   MemoryPrediction prediction;

@@ -5,20 +5,24 @@
 // the model's own tensors and the arm's schedule, with nothing fitted to the peaks it predicts.
 //
 // Sizes come from probes run once before training on one real microbatch (collectively, since
-// MoE layers communicate): for each kind of layer the bytes its graph keeps after its forward
-// (A, its output included), the transient above that while it runs with and without grad, the
-// transient of its backward, and its parameters' gradient bytes; the layer input (I); the
-// embedding and the post-process. The prediction walks the arm's schedule (F/B per microbatch
-// for the reference, the CombinedStepPlan for the overlap arm), adding and releasing those sizes
-// as layers are built, replayed and backpropagated, and returns the static bytes plus the
-// largest total met. For L layers, N microbatches in flight and segments of k layers this
-// reproduces N*L*A (no recompute), N*I + L*A (chunk) and N*ceil(L/k)*I + k*A (segments) plus
-// the transients those formulas leave out.
+// MoE layers communicate; the EP ranks of a stage probe the same layers): for each kind of layer
+// the rank holds, the bytes its graph keeps after its forward (A, its output included), the
+// transient above that while it runs with and without grad, the transient of its backward, and
+// its parameters' gradient bytes; the layer input (I); the embedding and the post-process where
+// the rank holds them. The prediction walks the arm's schedule on this rank (the reference's
+// 1F1B passes, a forward then a backward, or the overlap arm's CombinedStepPlan; with a pipeline
+// over the rank's model chunks, with the activations and gradients received and sent between
+// stages), adding and releasing those sizes as layers are built, replayed and backpropagated,
+// and returns the static bytes plus the largest total met. For L layers per chunk, N passes in
+// flight (the pipeline's warm-up depth) and segments of k layers this reproduces N*L*A (no
+// recompute), N*I + L*A (chunk) and N*ceil(L/k)*I + k*A (segments) plus the transients those
+// formulas leave out.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/pipeline_layout.h"
 #include "core/recipe.h"
 #include "model/gpt.h"
 
@@ -34,9 +38,11 @@ struct LayerMemory {
 
 struct MemoryProbe {
   int64_t input_bytes = 0;  // I: one layer's input (= output) tensor
-  int64_t embedding_retained = 0;
+  int64_t embedding_retained = 0;  // the embedding and the post-process: 0 where not held
   int64_t embedding_grad_bytes = 0;
-  std::vector<LayerMemory> layers;  // decoder layers, then MTP depths
+  // By the model's layer index (decoder layers, then MTP depths); layers of other pipeline ranks
+  // stay zero.
+  std::vector<LayerMemory> layers;
   int64_t post_retained = 0;
   int64_t post_forward_transient = 0;
   int64_t post_backward_transient = 0;
@@ -50,13 +56,16 @@ struct MemoryPrediction {
   std::string peak_phase;    // where the model puts the peak
 };
 
-// Measures the probe on `model` with one microbatch; every rank of the group must call it at the
-// same point. Leaves no gradient behind.
+// Measures the probe on `model` (the layers of its rank) with one microbatch; every rank of the
+// EP group must call it at the same point. Leaves no gradient behind and draws no number from
+// the training's random streams.
 MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch);
 
-// The peak of one iteration of `arm` with `microbatches` per rank.
+// The peak of one iteration of `arm` on pipeline rank `pp_rank` of `pipeline` with
+// `microbatches` per pipeline rank.
 MemoryPrediction PredictPeak(const MemoryProbe& probe, const ArmConfig& arm,
-                             const ModelConfig& model, int64_t microbatches, int64_t static_bytes);
+                             const ModelConfig& model, const PipelineLayout& pipeline,
+                             int64_t pp_rank, int64_t microbatches, int64_t static_bytes);
 
 }  // namespace bitparity
 

@@ -81,14 +81,14 @@ int Run(const WorkerRequest& request) {
   trainer.set_perturbation(switches.perturbation);
   for (const std::string& w : trainer.warnings()) std::cerr << "warning: " << w << "\n";
 
-  // The memory model's prediction for this arm, from probes of this rank's model (collective).
-  // It models one stage holding the whole model; with a pipeline the trace carries no
-  // prediction (the recipe reader refuses a memory-model gate there).
-  if (recipe.parallel.pp == 1) {
+  // The memory model's prediction for this arm, from probes of this rank's model (collective
+  // over the EP group; the pipeline stages probe their own layers).
+  {
     MemoryProbe probe = ProbeMemory(trainer.model(), trainer.MakeMicrobatches(1).front());
     const ModelConfig& model = trainer.model().config();  // the arm's, resolved once
-    MemoryPrediction prediction = PredictPeak(probe, arm, model, recipe.microbatches_per_rank(),
-                                              MemoryTracker::current_bytes());
+    MemoryPrediction prediction =
+        PredictPeak(probe, arm, model, recipe.pipeline(), layout.pp_rank,
+                    recipe.microbatches_per_rank(), MemoryTracker::current_bytes());
     model_attributes[trace_keys::kMemoryModelPredictedPeakBytes] =
         std::to_string(prediction.peak_bytes);
     model_attributes[trace_keys::kMemoryModelStaticBytes] = std::to_string(prediction.static_bytes);

@@ -79,13 +79,48 @@ mtp = "mtp_layers=1"
   EXPECT_NE(one.output.find("1 of 4 cells selected"), std::string::npos) << one.output;
 }
 
+// The pipeline axis: an even split by ppP-vppV and a named layout of [matrix.layouts]; both arms
+// of each cell agree bit for bit across 4 rank processes.
+TEST(MatrixCommand, PipelineAxisTakesEvenSplitsAndNamedLayouts) {
+  testing::TempDir dir;
+  dir.Write("base.toml", testing::RecipeBuilder(4, 1)
+                             .Batches(16, 2)
+                             .Set("parallel.timeout_s", 120.0)
+                             .Arm("reference", "reference")
+                             .Arm("overlap", "overlap")
+                             .Text());
+  const std::string matrix = dir.Write("m.toml", R"(
+[matrix]
+base = "base.toml"
+[matrix.axes]
+pipeline = ["pp2-vpp2", "mtp_only"]
+[matrix.layouts]
+mtp_only = { pp = 2, layout = "Et|tt|t|mL" }
+)");
+  testing::CommandResult r =
+      testing::RunBitparity({"matrix", matrix, "--out", dir.File("out"), "--repeats", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json report = nlohmann::json::parse(testing::ReadFile(dir.File("out/report.json")));
+  ASSERT_EQ(report["cells"].size(), 2u);
+  for (const auto& cell : report["cells"]) {
+    EXPECT_EQ(cell["checks"]["overlap vs reference: gradients"]["verdict"], "pass") << cell;
+  }
+  const std::string recipe = testing::ReadFile(dir.File("out/mtp_only/recipe.toml"));
+  EXPECT_NE(recipe.find("pipeline_layout = 'Et|tt|t|mL'"), std::string::npos) << recipe;
+}
+
 TEST(MatrixCommand, BadMatrixFilesAreBadInput) {
   testing::TempDir dir;
   dir.Write("base.toml", BaseToml());
   for (const char* body :
        {"[matrix]\nbase = \"base.toml\"\n[matrix.axes]\nspeed = [1]\n",
         "[matrix]\nbase = \"missing.toml\"\n[matrix.axes]\nmtp_layers = [0]\n",
-        "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\nrecompute = [\"diagonal-2\"]\n"}) {
+        "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\nrecompute = [\"diagonal-2\"]\n",
+        "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\npipeline = [\"pp2-vpp\"]\n",
+        "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\npipeline = [\"x\"]\n"
+        "[matrix.layouts]\nx = { pp = 0, layout = \"Et|tL\" }\n",
+        "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\npipeline = [\"x\"]\n"
+        "[matrix.layouts]\nx = { pp = 2, layout = \"Et|tL\", vpp = 2 }\n"}) {
     const std::string matrix = dir.Write("bad.toml", body);
     testing::CommandResult r = testing::RunBitparity({"matrix", matrix, "--out", dir.File("o")});
     EXPECT_EQ(r.exit_code, 2) << body << r.output;

@@ -100,8 +100,8 @@ TEST(MemoryModel, PredictsTheReferencePeakOnASmallModel) {
                     Communicator::Local());
     MemoryProbe probe = ProbeMemory(trainer.model(), trainer.MakeMicrobatches(1).front());
     MemoryPrediction prediction =
-        PredictPeak(probe, recipe.arm("a"), recipe.model, recipe.microbatches_per_rank(),
-                    MemoryTracker::current_bytes());
+        PredictPeak(probe, recipe.arm("a"), recipe.model, recipe.pipeline(), 0,
+                    recipe.microbatches_per_rank(), MemoryTracker::current_bytes());
     int64_t measured = 0;
     for (int64_t it = 1; it <= 2; ++it)
       measured = std::max(measured, trainer.RunIteration(it, nullptr).peak_bytes);

@@ -62,6 +62,16 @@ std::string ExpandPipelineLayout(const std::string& text) {
   return s;
 }
 
+std::string PipelineStage::Contents() const {
+  std::string parts;
+  auto add = [&](const std::string& part) { parts += (parts.empty() ? "" : " ") + part; };
+  if (embedding) add("E");
+  for (int64_t l = 0; l < layers; ++l) add("t" + std::to_string(first_layer + l));
+  for (int64_t d = 0; d < mtp_layers; ++d) add("m" + std::to_string(first_mtp + d));
+  if (loss) add("L");
+  return parts.empty() ? "empty" : parts;
+}
+
 int64_t PipelineLayout::ActivationParts(int64_t index) const {
   int64_t parts = 1;
   for (const PipelineStage& s : stages) {
@@ -87,16 +97,7 @@ std::vector<std::string> PipelineLayout::Describe() const {
   for (int64_t r = 0; r < pp; ++r) {
     std::ostringstream line;
     line << "rank " << r << ":";
-    for (int64_t c = 0; c < vpp; ++c) {
-      const PipelineStage& s = stage(r, c);
-      std::string parts;
-      auto add = [&](const std::string& part) { parts += (parts.empty() ? "" : " ") + part; };
-      if (s.embedding) add("E");
-      for (int64_t l = 0; l < s.layers; ++l) add("t" + std::to_string(s.first_layer + l));
-      for (int64_t d = 0; d < s.mtp_layers; ++d) add("m" + std::to_string(s.first_mtp + d));
-      if (s.loss) add("L");
-      line << " [" << (parts.empty() ? "empty" : parts) << "]";
-    }
+    for (int64_t c = 0; c < vpp; ++c) line << " [" << stage(r, c).Contents() << "]";
     lines.push_back(line.str());
   }
   return lines;

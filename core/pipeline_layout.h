@@ -33,6 +33,13 @@ struct PipelineStage {
   bool final_norm = false;
 
   bool first() const { return index == 0; }
+  // Layer `layer` of the stage (its decoder layers first, then its MTP depths) in the whole
+  // model's numbering: decoder layers 0 .. model_layers - 1, then MTP depth d as model_layers + d.
+  int64_t ModelLayer(int64_t layer, int64_t model_layers) const {
+    return layer >= layers ? model_layers + first_mtp + layer - layers : first_layer + layer;
+  }
+  // What it holds: "E t0 t1", "t7 m0 L", or "empty".
+  std::string Contents() const;
 };
 
 struct PipelineLayout {

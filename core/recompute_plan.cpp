@@ -84,9 +84,7 @@ std::string FormatSegments(const RecomputePlan& plan, int64_t decoder_layers) {
 LayerSegment InModelNumbering(const LayerSegment& segment, const PipelineStage& stage,
                               int64_t model_layers) {
   LayerSegment global = segment;
-  global.first_layer = segment.first_layer >= stage.layers
-                           ? model_layers + stage.first_mtp + segment.first_layer - stage.layers
-                           : stage.first_layer + segment.first_layer;
+  global.first_layer = stage.ModelLayer(segment.first_layer, model_layers);
   return global;
 }
 

@@ -2,19 +2,21 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <regex>
 #include <fstream>
 #include <mutex>
 #include <ostream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
 #include "core/clock.h"
 #include "core/errors.h"
+#include "core/pipeline_layout.h"
 #include "core/recipe.h"
 #include "core/recipe_edit.h"
 #include "core/toml_reader.h"
@@ -63,8 +65,9 @@ std::vector<RecipeEdit> PipelineEdits(const std::string& value,
   static const std::regex even(R"(pp([0-9]{1,3})(-vpp([0-9]{1,3}))?)");
   std::smatch m;
   if (!std::regex_match(value, m, even)) {
-    throw InputError(where + ": pipeline values are ppP-vppV, ppP or a name of [matrix.layouts], "
-                             "got '" +
+    throw InputError(where +
+                     ": pipeline values are ppP-vppV, ppP or a name of [matrix.layouts], "
+                     "got '" +
                      value + "'");
   }
   return {{"model.pipeline_layout", std::monostate()},
@@ -170,8 +173,8 @@ Matrix LoadMatrix(const std::string& path) {
       const std::string name(key.str());
       const std::string where = "[matrix.layouts] " + name;
       if (!std::regex_match(name, identifier)) {
-        diag.Add("[matrix.layouts]", "names are lower-case identifiers (they name cells), got '" +
-                                         name + "'");
+        diag.Add("[matrix.layouts]",
+                 "names are lower-case identifiers (they name cells), got '" + name + "'");
         continue;
       }
       const toml::table* entry = node.as_table();
@@ -181,11 +184,11 @@ Matrix LoadMatrix(const std::string& path) {
       }
       TableReader reader(entry, where, &diag);
       NamedLayout layout;
-      layout.pp = reader.Int("pp", 0, 1, 1024);
+      if (!reader.Has("pp")) diag.Add(where, "pp must be set (the layout's pipeline ranks)");
+      if (!reader.Has("layout")) diag.Add(where, "layout must be set (Megatron's syntax)");
+      layout.pp = reader.Int("pp", 1, 1, 1024);
       layout.layout = reader.String("layout", "");
       reader.RejectUnknown();
-      if (layout.pp < 1) diag.Add(where, "pp must be set (>= 1)");
-      if (layout.layout.empty()) diag.Add(where, "layout must be set (Megatron's syntax)");
       layouts[name] = layout;
     }
   }
@@ -216,7 +219,21 @@ Matrix LoadMatrix(const std::string& path) {
     values.push_back(list);
   }
   // The base is a full recipe in its own right; each cell overrides the axes' keys.
-  const std::string base_text = LoadRecipe(m.base_path).text;
+  const Recipe base_recipe = LoadRecipe(m.base_path);
+  const std::string& base_text = base_recipe.text;
+  // A named layout must place the base's decoder layers (its MTP layers are its own 'm's): a
+  // typo is bad input here, not a column of skipped cells.
+  for (const auto& [name, layout] : layouts) {
+    if (layout.layout.empty()) continue;
+    try {
+      const std::string letters = ExpandPipelineLayout(layout.layout);
+      const int64_t mtp = std::count(letters.begin(), letters.end(), 'm');
+      ParsePipelineLayout(layout.layout, layout.pp, base_recipe.model.layers, mtp);
+    } catch (const InputError& e) {
+      diag.Add("[matrix.layouts] " + name, std::string("layout ") + e.what());
+    }
+  }
+  diag.ThrowIfAny();
   std::vector<size_t> index(m.axes.size(), 0);
   for (;;) {
     MatrixCell cell;

@@ -23,6 +23,19 @@ AllToAllNode::Kind AllToAllKind(const ChunkPlan& chunk, int64_t layer) {
                                                         : AllToAllNode::Kind::kNull;
 }
 
+// An event of the pass `chunk` runs: its node, phase, microbatch, chunk and layer.
+TimelineEvent PassEvent(ChunkSchedule* chunk, const std::string& node, Phase phase, int64_t layer,
+                        bool comm) {
+  TimelineEvent e;
+  e.node = node;
+  e.phase = ToString(phase);
+  e.microbatch = chunk->state().microbatch;
+  e.chunk = chunk->plan().stage.chunk;
+  e.layer = layer;
+  e.comm = comm;
+  return e;
+}
+
 }  // namespace
 
 LayerSchedule::LayerSchedule(OverlapContext* context, ChunkSchedule* chunk, int64_t layer)
@@ -82,18 +95,15 @@ at::Tensor LayerSchedule::Run(const NodeOp& op, at::Tensor grad) {
     default:
       break;
   }
-  throw std::logic_error(std::string("overlap plan: layer ") + std::to_string(layer_) +
-                         " has no operation " + ToString(op.node) + "/" + ToString(op.phase));
+  throw std::logic_error(std::string("overlap plan: layer ") + chunk_->plan().LayerName(layer_) +
+                         " (chunk " + std::to_string(op.chunk) + ", microbatch " +
+                         std::to_string(op.microbatch) + ") has no operation " + ToString(op.node) +
+                         "/" + ToString(op.phase));
 }
 
 void LayerSchedule::Record(const char* node, Phase phase, int64_t begin_ns) {
   if (!context_->timeline) return;
-  TimelineEvent e;
-  e.node = node;
-  e.phase = ToString(phase);
-  e.microbatch = chunk_->state().microbatch;
-  e.chunk = chunk_->plan().stage.chunk;
-  e.layer = layer_;
+  TimelineEvent e = PassEvent(chunk_, node, phase, layer_, /*comm=*/false);
   e.begin_ns = begin_ns;
   e.end_ns = SteadyNanoseconds();
   context_->timeline->push_back(e);
@@ -116,13 +126,7 @@ std::vector<at::Tensor> LayerSchedule::ReturnedGrads(AllToAllNode& node) {
 void LayerSchedule::RecordComm(const AllToAllNode& node, Phase phase) {
   if (!context_->timeline) return;
   const AllToAllNode::Timing& t = node.last_timing();
-  TimelineEvent e;
-  e.node = node.name();
-  e.phase = ToString(phase);
-  e.microbatch = chunk_->state().microbatch;
-  e.chunk = chunk_->plan().stage.chunk;
-  e.layer = layer_;
-  e.comm = true;
+  TimelineEvent e = PassEvent(chunk_, node.name(), phase, layer_, /*comm=*/true);
   e.begin_ns = t.started_ns;
   e.end_ns = t.wait_end_ns;
   e.completed_ns = t.completed_ns;
@@ -258,8 +262,9 @@ void LayerSchedule::MtpPostProcessForward(Phase phase) {
 
 const at::Tensor& LayerSchedule::Output() {
   if (combine_pending_) {
-    throw std::logic_error("overlap plan: layer " + std::to_string(layer_) +
-                           "'s output is needed before its combine epilogue ran");
+    throw std::logic_error("overlap plan: layer " + chunk_->plan().LayerName(layer_) +
+                           " (microbatch " + std::to_string(chunk_->state().microbatch) +
+                           ")'s output is needed before its combine epilogue ran");
   }
   return output_;
 }
@@ -461,12 +466,14 @@ at::Tensor ChunkSchedule::Run(const NodeOp& op, at::Tensor grad) {
                          "/" + ToString(op.phase));
 }
 
-int64_t ChunkSchedule::PreviousRank() const {
-  return context_->plan->pipelined() ? (plan_->stage.index - 1) % context_->plan->pp : 0;
-}
-
-int64_t ChunkSchedule::NextRank() const {
-  return context_->plan->pipelined() ? (plan_->stage.index + 1) % context_->plan->pp : 0;
+int64_t ChunkSchedule::PeerRank(bool previous) const {
+  const int64_t rank = previous ? plan_->previous_rank : plan_->next_rank;
+  if (rank < 0) {
+    throw std::logic_error("overlap plan: stage " + std::to_string(plan_->stage.index) +
+                           " has no " + (previous ? "previous" : "next") +
+                           " stage to exchange with");
+  }
+  return rank;
 }
 
 void ChunkSchedule::PostReceive(Phase phase) {
@@ -479,13 +486,14 @@ void ChunkSchedule::PostReceive(Phase phase) {
     activation_posted_ns_ = SteadyNanoseconds();
     activation_receive_ = pipeline->StartRecv(
         {rows * plan_->input_parts, c.seq_len, c.hidden}, context_->model->compute_dtype(),
-        PreviousRank(),
+        PeerRank(/*previous=*/true),
         PipelineTag(plan_->stage.index - 1, state_.microbatch, microbatches, false));
   } else {
     gradient_posted_ns_ = SteadyNanoseconds();
-    gradient_receive_ = pipeline->StartRecv(
-        {rows * plan_->output_parts, c.seq_len, c.hidden}, context_->model->compute_dtype(),
-        NextRank(), PipelineTag(plan_->stage.index, state_.microbatch, microbatches, true));
+    gradient_receive_ =
+        pipeline->StartRecv({rows * plan_->output_parts, c.seq_len, c.hidden},
+                            context_->model->compute_dtype(), PeerRank(/*previous=*/false),
+                            PipelineTag(plan_->stage.index, state_.microbatch, microbatches, true));
   }
 }
 
@@ -506,16 +514,17 @@ void ChunkSchedule::Send(Phase phase, const at::Tensor& grad) {
   const int64_t microbatches = context_->plan->microbatches;
   if (phase == Phase::kForward) {
     context_->sends->push_back(pipeline->StartSend(
-        ChunkOutput().detach(), NextRank(),
+        ChunkOutput().detach(), PeerRank(/*previous=*/false),
         PipelineTag(plan_->stage.index, state_.microbatch, microbatches, false)));
     received_activation_ = at::Tensor();
   } else {
     if (!grad.defined()) {
       throw std::logic_error("overlap plan: no input gradient to send back from stage " +
-                             std::to_string(plan_->stage.index));
+                             std::to_string(plan_->stage.index) + ", microbatch " +
+                             std::to_string(state_.microbatch));
     }
     context_->sends->push_back(pipeline->StartSend(
-        grad, PreviousRank(),
+        grad, PeerRank(/*previous=*/true),
         PipelineTag(plan_->stage.index - 1, state_.microbatch, microbatches, true)));
   }
   RecordTransfer("p2p_send", phase, begin, begin);
@@ -524,12 +533,7 @@ void ChunkSchedule::Send(Phase phase, const at::Tensor& grad) {
 void ChunkSchedule::RecordTransfer(const char* node, Phase phase, int64_t begin_ns,
                                    int64_t wait_begin_ns) {
   if (!context_->timeline) return;
-  TimelineEvent e;
-  e.node = node;
-  e.phase = ToString(phase);
-  e.microbatch = state_.microbatch;
-  e.chunk = plan_->stage.chunk;
-  e.comm = true;
+  TimelineEvent e = PassEvent(this, node, phase, /*layer=*/-1, /*comm=*/true);
   e.begin_ns = begin_ns;
   e.wait_begin_ns = wait_begin_ns;
   e.end_ns = SteadyNanoseconds();
@@ -543,7 +547,8 @@ at::Tensor ChunkSchedule::ChunkInput() {
   }
   if (!received_activation_.defined()) {
     throw std::logic_error("overlap plan: stage " + std::to_string(plan_->stage.index) +
-                           " needs its input before it was received");
+                           ", microbatch " + std::to_string(state_.microbatch) +
+                           ", needs its input before its receive was posted");
   }
   return received_activation_;
 }

@@ -29,8 +29,8 @@ struct TimelineEvent {
   std::string node;  // e.g. "moe_dispatch", "p2p_recv"
   std::string phase;
   int64_t microbatch = 0;
-  int64_t chunk = 0;
-  int64_t layer = -1;  // within the chunk
+  int64_t chunk = 0;   // the rank's model chunk the pass belongs to
+  int64_t layer = -1;  // within the chunk; -1 for a pipeline transfer
   bool comm = false;
   int64_t begin_ns = 0;       // compute: start; comm: when the transfer was started
   int64_t end_ns = 0;         // compute: end; comm: when its result had been waited for
@@ -45,7 +45,7 @@ struct OverlapContext {
   GptModel* model = nullptr;
   const CombinedStepPlan* plan = nullptr;
   Communicator* pipeline = nullptr;                // the pipeline group, when pp > 1
-  std::vector<PendingTransfer>* sends = nullptr;   // started sends, waited for by the engine
+  std::vector<PendingTransfer>* sends = nullptr;   // started sends, the engine's to wait for
   std::vector<TimelineEvent>* timeline = nullptr;  // optional
   StaleRoutingFault* stale_routing = nullptr;      // only under that injected bug
 };
@@ -206,8 +206,8 @@ class ChunkSchedule {
   void PostReceive(Phase phase);
   void Send(Phase phase, const at::Tensor& grad);
   at::Tensor WaitReceived(PendingTransfer* transfer, Phase phase);
-  int64_t PreviousRank() const;
-  int64_t NextRank() const;
+  // The pipeline rank of the previous or the next stage (logic_error when there is none).
+  int64_t PeerRank(bool previous) const;
   void RecordTransfer(const char* node, Phase phase, int64_t begin_ns, int64_t wait_begin_ns);
 
   void PreProcessForward();
@@ -225,7 +225,9 @@ class ChunkSchedule {
   PendingTransfer gradient_receive_;
   int64_t activation_posted_ns_ = 0;
   int64_t gradient_posted_ns_ = 0;
-  at::Tensor received_activation_;  // a grad-requiring leaf, kept until the chunk's backward
+  // The received activation as a grad-requiring leaf, until the forward has handed it on (the
+  // first layer's nodes or the segment capture keep it from there).
+  at::Tensor received_activation_;
   ComputeNode pre_process_{"pre_process"};
   ComputeNode post_process_{"post_process"};
   std::vector<std::unique_ptr<LayerSchedule>> layers_;

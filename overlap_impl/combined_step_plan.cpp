@@ -45,42 +45,48 @@ class PlanBuilder {
   explicit PlanBuilder(CombinedStepPlan* plan) : plan_(*plan) {}
 
   // One combined step: the forward of pass `f` merged with the backward of pass `b` (either may
-  // be absent), then the receives of `next` (the following step) posted.
+  // be absent); the receives of `next` (the following step, if any) are posted with the sends,
+  // as Megatron's post_forward / post_backward hooks send and post the next receive together.
   void CombinedStep(const ChunkPass& f, const ChunkPass& b, const PipelineStep* next) {
-    const bool fwd = f.valid(), bwd = b.valid();
-    const ChunkPlan* fc = fwd ? &plan_.chunk(f.chunk) : nullptr;
-    const ChunkPlan* bc = bwd ? &plan_.chunk(b.chunk) : nullptr;
-    if (fwd && fc->pre_process()) Add(NodeKind::kPreProcess, Phase::kForward, f);
-    if (bwd && bc->post_process()) Add(NodeKind::kPostProcess, Phase::kBackward, b);
-    const int64_t lf = fwd ? fc->layers() : 0, lb = bwd ? bc->layers() : 0;
-    const int64_t paired = std::min(lf, lb);
-    for (int64_t i = 0; i < paired; ++i) LayerPair(f, i, b, lb - 1 - i);
+    const ChunkPlan* forward = f.valid() ? &plan_.chunk(f.chunk) : nullptr;
+    const ChunkPlan* backward = b.valid() ? &plan_.chunk(b.chunk) : nullptr;
+    if (forward && forward->pre_process()) Add(NodeKind::kPreProcess, Phase::kForward, f);
+    if (backward && backward->post_process()) Add(NodeKind::kPostProcess, Phase::kBackward, b);
+    const int64_t forward_layers = forward ? forward->layers() : 0;
+    const int64_t backward_layers = backward ? backward->layers() : 0;
+    const int64_t paired = std::min(forward_layers, backward_layers);
+    for (int64_t i = 0; i < paired; ++i) LayerPair(f, i, b, backward_layers - 1 - i);
     // Megatron's remaining backward-only layers, then the remaining forward-only ones.
-    for (int64_t i = paired; i < lb; ++i) LayerPair({}, -1, b, lb - 1 - i);
-    for (int64_t i = paired; i < lf; ++i) LayerPair(f, i, {}, -1);
-    if (fwd) {
-      Epilogue();
-      if (fc->sends()) Add(NodeKind::kP2pSend, Phase::kForward, f, -1, -1, Stream::kComm);
+    for (int64_t i = paired; i < backward_layers; ++i) {
+      LayerPair({}, -1, b, backward_layers - 1 - i);
     }
-    if (bwd && bc->receives()) Add(NodeKind::kP2pSend, Phase::kBackward, b, -1, -1, Stream::kComm);
-    if (fwd && fc->post_process()) Add(NodeKind::kPostProcess, Phase::kForward, f);
-    if (bwd) {
-      if (bc->pre_process()) Add(NodeKind::kPreProcess, Phase::kBackward, b);
+    for (int64_t i = paired; i < forward_layers; ++i) LayerPair(f, i, {}, -1);
+    if (forward) {
+      Epilogue();
+      if (forward->sends()) Add(NodeKind::kP2pSend, Phase::kForward, f, -1, -1, Stream::kComm);
+    }
+    if (next) PostReceive(Phase::kForward, next->forward);
+    if (backward && backward->receives()) {
+      Add(NodeKind::kP2pSend, Phase::kBackward, b, -1, -1, Stream::kComm);
+    }
+    if (next) PostReceive(Phase::kBackward, next->backward);
+    if (forward && forward->post_process()) Add(NodeKind::kPostProcess, Phase::kForward, f);
+    if (backward) {
+      if (backward->pre_process()) Add(NodeKind::kPreProcess, Phase::kBackward, b);
       Add(NodeKind::kChunk, Phase::kFlushGrads, b, -1, -1, Stream::kNone);
     }
-    if (fwd && !fc->recompute.segments.empty()) {
+    if (forward && !forward->recompute.segments.empty()) {
       Add(NodeKind::kChunk, Phase::kReleaseActivations, f, -1, -1, Stream::kNone);
     }
-    if (next) PostReceives(*next);
   }
 
-  // The receives a step needs: its forward's activation, its backward's gradient.
-  void PostReceives(const PipelineStep& step) {
-    if (step.forward.valid() && plan_.chunk(step.forward.chunk).receives()) {
-      Add(NodeKind::kP2pRecv, Phase::kForward, step.forward, -1, -1, Stream::kComm);
-    }
-    if (step.backward.valid() && plan_.chunk(step.backward.chunk).sends()) {
-      Add(NodeKind::kP2pRecv, Phase::kBackward, step.backward, -1, -1, Stream::kComm);
+  // The receive a pass needs, if any: the activation for its forward (a stage that is not the
+  // first), the output's gradient for its backward (a stage that is not the loss stage).
+  void PostReceive(Phase phase, const ChunkPass& pass) {
+    if (!pass.valid()) return;
+    const ChunkPlan& chunk = plan_.chunk(pass.chunk);
+    if (phase == Phase::kForward ? chunk.receives() : chunk.sends()) {
+      Add(NodeKind::kP2pRecv, phase, pass, -1, -1, Stream::kComm);
     }
   }
 
@@ -92,15 +98,15 @@ class PlanBuilder {
 
   void LayerPair(const ChunkPass& f, int64_t fl, const ChunkPass& b, int64_t bl) {
     const bool fwd = f.valid(), bwd = b.valid();
-    const ChunkPlan* fc = fwd ? &plan_.chunk(f.chunk) : nullptr;
-    const ChunkPlan* bc = bwd ? &plan_.chunk(b.chunk) : nullptr;
+    const ChunkPlan* forward = fwd ? &plan_.chunk(f.chunk) : nullptr;
+    const ChunkPlan* backward = bwd ? &plan_.chunk(b.chunk) : nullptr;
     int64_t fs = -1, bs = -1;
-    const LayerSegment* f_segment = fwd ? SegmentOf(*fc, fl, &fs) : nullptr;
-    const LayerSegment* b_segment = bwd ? SegmentOf(*bc, bl, &bs) : nullptr;
-    const bool f_moe = fwd && fc->layer_is_moe[fl];
-    const bool b_moe = bwd && bc->layer_is_moe[bl];
+    const LayerSegment* f_segment = fwd ? SegmentOf(*forward, fl, &fs) : nullptr;
+    const LayerSegment* b_segment = bwd ? SegmentOf(*backward, bl, &bs) : nullptr;
+    const bool f_moe = fwd && forward->layer_is_moe[fl];
+    const bool b_moe = bwd && backward->layer_is_moe[bl];
     if (b_segment && b_segment->last_layer() == bl) Replay(b, bs);
-    if (bwd && bc->is_mtp(bl)) Add(NodeKind::kMtpPostProcess, Phase::kBackward, b, bl);
+    if (bwd && backward->is_mtp(bl)) Add(NodeKind::kMtpPostProcess, Phase::kBackward, b, bl);
     if (bwd) {
       Add(NodeKind::kCombine, Phase::kBackward, b, bl, -1,
           b_moe ? Stream::kComm : Stream::kCompute);
@@ -123,7 +129,7 @@ class PlanBuilder {
       pending_epilogue_ = {f, fl};
     }
     if (bwd) Add(NodeKind::kAttn, Phase::kBackward, b, bl);
-    if (fwd && fc->is_mtp(fl)) {
+    if (fwd && forward->is_mtp(fl)) {
       Epilogue();
       Add(NodeKind::kMtpPostProcess, Phase::kForward, f, fl);
     }
@@ -182,8 +188,7 @@ class PlanBuilder {
 }  // namespace
 
 int64_t ChunkPlan::ModelLayer(int64_t layer) const {
-  return is_mtp(layer) ? model_decoder_layers + stage.first_mtp + layer - stage.layers
-                       : stage.first_layer + layer;
+  return stage.ModelLayer(layer, model_decoder_layers);
 }
 
 std::vector<ChunkPlan> BuildChunkPlans(const ModelConfig& model, const PipelineLayout& pipeline,
@@ -202,6 +207,11 @@ std::vector<ChunkPlan> BuildChunkPlans(const ModelConfig& model, const PipelineL
     chunk.recompute = BuildRecomputePlan(recompute, chunk.stage.layers, chunk.stage.mtp_layers);
     chunk.input_parts = pipeline.ActivationParts(chunk.stage.index);
     chunk.output_parts = chunk.input_parts + chunk.stage.mtp_layers;
+    const int64_t previous = pipeline.previous(chunk.stage.index);
+    const int64_t next = pipeline.next(chunk.stage.index);
+    chunk.previous_rank =
+        previous < 0 ? -1 : pipeline.stages[static_cast<size_t>(previous)].pp_rank;
+    chunk.next_rank = next < 0 ? -1 : pipeline.stages[static_cast<size_t>(next)].pp_rank;
     chunks.push_back(std::move(chunk));
   }
   return chunks;
@@ -209,8 +219,9 @@ std::vector<ChunkPlan> BuildChunkPlans(const ModelConfig& model, const PipelineL
 
 std::string ChunkPlan::LayerName(int64_t layer) const {
   if (layer < 0) return "-";
-  if (is_mtp(layer)) return "mtp" + std::to_string(stage.first_mtp + layer - stage.layers);
-  return std::to_string(stage.first_layer + layer);
+  const int64_t model_layer = ModelLayer(layer);
+  return is_mtp(layer) ? "mtp" + std::to_string(model_layer - model_decoder_layers)
+                       : std::to_string(model_layer);
 }
 
 CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, const PipelineLayout& pipeline,
@@ -229,7 +240,10 @@ CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, const PipelineL
   schedule.ep_overlap = true;
   plan.steps = PipelineSchedule(schedule, pp_rank);
   PlanBuilder builder(&plan);
-  if (!plan.steps.empty()) builder.PostReceives(plan.steps.front());
+  if (!plan.steps.empty()) {
+    builder.PostReceive(Phase::kForward, plan.steps.front().forward);
+    builder.PostReceive(Phase::kBackward, plan.steps.front().backward);
+  }
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const PipelineStep* next = i + 1 < plan.steps.size() ? &plan.steps[i + 1] : nullptr;
     builder.CombinedStep(plan.steps[i].forward, plan.steps[i].backward, next);
@@ -245,22 +259,15 @@ CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, int64_t microba
 
 namespace {
 
-// "E t0 t1", "t4 m0 L", "empty": what a chunk holds.
-std::string ChunkContents(const ChunkPlan& chunk) {
-  std::string out;
-  auto add = [&](const std::string& part) { out += (out.empty() ? "" : " ") + part; };
-  if (chunk.pre_process()) add("E");
-  for (int64_t l = 0; l < chunk.layers(); ++l) {
-    add(chunk.is_mtp(l) ? "m" + std::to_string(chunk.stage.first_mtp + l - chunk.stage.layers)
-                        : "t" + std::to_string(chunk.stage.first_layer + l));
-  }
-  if (chunk.post_process()) add("L");
-  return out.empty() ? "empty" : out;
+// The stage a transfer of `op` goes to or comes from: forward transfers come from the previous
+// stage and go to the next, gradients the other way.
+int64_t PeerStage(const ChunkPlan& chunk, const NodeOp& op) {
+  const bool from_previous = (op.node == NodeKind::kP2pRecv) == (op.phase == Phase::kForward);
+  return chunk.stage.index + (from_previous ? -1 : 1);
 }
 
-// Where a pipeline transfer goes: "stage 3 (rank 1)".
-std::string Peer(const CombinedStepPlan& plan, int64_t stage) {
-  return "stage " + std::to_string(stage) + " (rank " + std::to_string(stage % plan.pp) + ")";
+bool IsTransfer(const NodeOp& op) {
+  return op.node == NodeKind::kP2pRecv || op.node == NodeKind::kP2pSend;
 }
 
 }  // namespace
@@ -279,7 +286,7 @@ std::string FormatPlan(const CombinedStepPlan& plan) {
   }
   for (const ChunkPlan& c : plan.chunks) {
     if (plan.pipelined()) {
-      out << "chunk " << c.stage.chunk << " (stage " << c.stage.index << ": " << ChunkContents(c)
+      out << "chunk " << c.stage.chunk << " (stage " << c.stage.index << ": " << c.stage.Contents()
           << ") ";
     }
     out << "recompute segments:";
@@ -304,11 +311,12 @@ std::string FormatPlan(const CombinedStepPlan& plan) {
     std::string node = ToString(op.node);
     if (op.node == NodeKind::kSegment) node += "[" + std::to_string(op.segment) + "]";
     std::string peer;
-    if (op.node == NodeKind::kP2pRecv || op.node == NodeKind::kP2pSend) {
-      // Forward transfers come from the previous stage and go to the next; gradients go back.
-      const bool from_previous = (op.node == NodeKind::kP2pRecv) == (op.phase == Phase::kForward);
-      peer = (op.node == NodeKind::kP2pRecv ? "from " : "to ") +
-             Peer(plan, c.stage.index + (from_previous ? -1 : 1));
+    if (IsTransfer(op)) {
+      const int64_t stage = PeerStage(c, op);
+      const bool previous = stage < c.stage.index;
+      peer = std::string(op.node == NodeKind::kP2pRecv ? "from" : "to") + " stage " +
+             std::to_string(stage) + " (rank " +
+             std::to_string(previous ? c.previous_rank : c.next_rank) + ")";
     }
     std::snprintf(line, sizeof(line), "%5zu  %5lld  %3lld  %-5s  %-20s  %-19s  %-7s  %s\n", i,
                   static_cast<long long>(op.chunk), static_cast<long long>(op.microbatch),
@@ -338,9 +346,10 @@ std::string PlanToJson(const CombinedStepPlan& plan) {
   }
   j["chunks"] = nlohmann::json::array();
   for (const ChunkPlan& c : plan.chunks) {
-    nlohmann::json chunk = {{"chunk", c.stage.chunk},       {"stage", c.stage.index},
-                            {"contents", ChunkContents(c)}, {"decoder_layers", c.decoder_layers()},
-                            {"mtp_layers", c.mtp_layers()}, {"warnings", c.recompute.warnings}};
+    nlohmann::json chunk = {
+        {"chunk", c.stage.chunk},         {"stage", c.stage.index},
+        {"contents", c.stage.Contents()}, {"decoder_layers", c.decoder_layers()},
+        {"mtp_layers", c.mtp_layers()},   {"warnings", c.recompute.warnings}};
     chunk["layers"] = nlohmann::json::array();
     for (int64_t l = 0; l < c.layers(); ++l) chunk["layers"].push_back(c.LayerName(l));
     chunk["segments"] = nlohmann::json::array();
@@ -365,10 +374,7 @@ std::string PlanToJson(const CombinedStepPlan& plan) {
       o["layer_name"] = plan.chunk(op.chunk).LayerName(op.layer);
     }
     if (op.segment >= 0) o["segment"] = op.segment;
-    if (op.node == NodeKind::kP2pRecv || op.node == NodeKind::kP2pSend) {
-      const bool from_previous = (op.node == NodeKind::kP2pRecv) == (op.phase == Phase::kForward);
-      o["peer_stage"] = plan.chunk(op.chunk).stage.index + (from_previous ? -1 : 1);
-    }
+    if (IsTransfer(op)) o["peer_stage"] = PeerStage(plan.chunk(op.chunk), op);
     j["ops"].push_back(o);
   }
   return j.dump(2);

@@ -28,12 +28,12 @@
 // §1.4) is that dispatch forward is issued before mlp backward: on a GPU the comm stream
 // overlaps them whatever the issue order; on a CPU a compute node blocks while it runs.
 //
-// The step ends as Megatron's does: the forward's send to the next stage (post_forward) and the
-// backward's send to the previous one (post_backward), the post-process forward (loss stage),
-// the pre-process backward (first stage), the per-pass gradient flush and the release of the
-// recomputed layers' no-grad activations; then the receives of the next step are posted
-// (Megatron posts them with its sends), so that their bytes travel while this rank still works
-// and the next step's first consumer waits for them only if they are late.
+// The step ends as Megatron's does: the forward's send to the next stage with the next step's
+// forward receive posted right after it (post_forward), the backward's send to the previous
+// stage with the next step's gradient receive (post_backward), so that the next step's bytes
+// travel while this rank still works and its first consumer waits for them only if they are
+// late; then the post-process forward (loss stage), the pre-process backward (first stage), the
+// per-pass gradient flush and the release of the recomputed layers' no-grad activations.
 //
 // A segment replay is listed node by node: `segment replay` (restore the chunk-state snapshot
 // and the RNG state), every node of every layer of the segment with phase `replay` (its
@@ -105,6 +105,9 @@ struct ChunkPlan {
   // stacked under the main hidden states (an MTP stage sends both, as Megatron does).
   int64_t input_parts = 1;
   int64_t output_parts = 1;
+  // The pipeline ranks of the stages before and after it (-1: none).
+  int64_t previous_rank = -1;
+  int64_t next_rank = -1;
 
   int64_t decoder_layers() const { return stage.layers; }
   int64_t mtp_layers() const { return stage.mtp_layers; }
@@ -143,6 +146,7 @@ struct CombinedStepPlan {
   bool replay_restores_chunk_state = true;
 
   const ChunkPlan& chunk(int64_t index) const { return chunks[static_cast<size_t>(index)]; }
+  // Whether the rank is one of several pipeline ranks (its plan holds transfers).
   bool pipelined() const { return pp > 1; }
 };
 

@@ -13,6 +13,8 @@ namespace bitparity {
 
 namespace {
 
+// The plan of this rank: its pipeline rank's, or the whole model as one chunk when the model was
+// built without a pipeline layout.
 CombinedStepPlan PlanFor(const GptModel& model, int64_t microbatches,
                          const RecomputeConfig& recompute) {
   const ParallelLayout& layout = model.layout();
@@ -42,6 +44,7 @@ OverlapEngine::OverlapEngine(GptModel* model, const RecomputeConfig& recompute,
   context_.model = model;
   context_.plan = &plan_;
   context_.pipeline = pipeline_.get();
+  context_.sends = &sends_;
   context_.stale_routing = stale_routing_.get();
 }
 
@@ -63,8 +66,7 @@ std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState
   }
   timeline_.clear();
   context_.timeline = record_timeline_ ? &timeline_ : nullptr;
-  std::vector<PendingTransfer> sends;
-  context_.sends = &sends;
+  sends_.clear();
   // Every chunk of a microbatch adds its layers' aux losses (and the loss stage its losses) to
   // the microbatch's one entry.
   std::vector<MicrobatchLosses> losses(microbatches.size());
@@ -85,7 +87,7 @@ std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState
     // At every transfer (a step's sends come at its end, the next step's receives after them):
     // sends whose bytes are through let go of their tensors.
     if (op.node == NodeKind::kP2pRecv || op.node == NodeKind::kP2pSend) {
-      ReleaseCompletedSends(&sends);
+      ReleaseCompletedSends(&sends_);
     }
     if (MemoryTimeline::enabled()) {
       std::string label = std::string(ToString(op.node)) + " " + ToString(op.phase) + " mb" +
@@ -97,8 +99,8 @@ std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState
     }
     if (after_op) after_op(i, op, chunks);
   }
-  for (PendingTransfer& send : sends) send.Wait();
-  context_.sends = nullptr;
+  for (PendingTransfer& send : sends_) send.Wait();
+  sends_.clear();
   return losses;
 }
 

@@ -51,6 +51,7 @@ class OverlapEngine : public Engine {
   std::shared_ptr<Communicator> pipeline_;
   std::unique_ptr<StaleRoutingFault> stale_routing_;
   OverlapContext context_;
+  std::vector<PendingTransfer> sends_;  // started this iteration, not yet through
   bool record_timeline_ = false;
   std::vector<TimelineEvent> timeline_;
 };

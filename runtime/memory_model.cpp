@@ -1,11 +1,10 @@
 #include "runtime/memory_model.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <functional>
 #include <optional>
-
-#include <ATen/CPUGeneratorImpl.h>
 
 #include "core/memory.h"
 #include "core/pipeline_schedule.h"
@@ -59,6 +58,49 @@ LayerMemory ProbeLayer(const std::function<at::Tensor(const at::Tensor&)>& forwa
   return m;
 }
 
+// The layer run the way the overlap arm's nodes run it (overlap_impl/chunk_schedule.h): attn,
+// the dispatch all-to-all, mlp, the combine all-to-all and its epilogue, each piece a graph of
+// its own on detached inputs, every node's outputs and received tensors kept. Returns the bytes
+// that keeps beyond `retained` (one graph of the layer). Collective like the layer itself.
+int64_t NodeBoundaryBytes(GptModel& model, const LayerWeights& w, const MtpWeights* mtp,
+                          const at::Tensor& input, ChunkState state, int64_t retained) {
+  MicrobatchLosses losses;
+  const int64_t before = Live();
+  std::vector<at::Tensor> kept;
+  auto leaf = [](const at::Tensor& t) { return t.detach().requires_grad_(t.is_floating_point()); };
+  at::Tensor x = leaf(input);
+  if (mtp) x = model.MtpPrologue(*mtp, model.MtpEmbedding(&state), x);
+  LayerAttentionOutput attention = model.LayerAttention(w, x, state, &losses);
+  kept.push_back(attention.residual);
+  at::Tensor mlp_output;
+  if (!w.is_moe) {
+    kept.push_back(attention.mlp_input);
+    mlp_output = model.LayerDenseMlp(w, leaf(attention.mlp_input));
+    kept.push_back(mlp_output);
+    kept.push_back(
+        model.LayerCombine(w, leaf(mlp_output), leaf(attention.residual), nullptr, state));
+  } else {
+    const RoutingPlan& plan = *attention.plan;
+    const DispatchPayload& sent = attention.payload;
+    Communicator& comm = model.comm();
+    DispatchPayload received;
+    received.tokens = comm.AllToAll(sent.tokens.detach(), plan.send_splits, plan.recv_splits);
+    received.probs = comm.AllToAll(sent.probs.detach(), plan.send_splits, plan.recv_splits);
+    if (sent.route_mask.defined()) {
+      received.route_mask = comm.AllToAll(sent.route_mask, plan.send_splits, plan.recv_splits);
+    }
+    kept.insert(kept.end(), {sent.tokens, sent.probs, received.tokens, received.probs});
+    const at::Tensor rows = model.LayerExperts(
+        w, {leaf(received.tokens), leaf(received.probs), received.route_mask}, plan);
+    const at::Tensor back = comm.AllToAll(rows.detach(), plan.recv_splits, plan.send_splits);
+    kept.insert(kept.end(), {rows, back});
+    kept.push_back(model.LayerCombine(w, leaf(back), leaf(attention.residual), &plan, state));
+  }
+  if (mtp) kept.push_back(model.MtpFinalNorm(*mtp, leaf(kept.back())));
+  const int64_t node_retained = Live() - before;
+  return std::max<int64_t>(0, node_retained - retained);
+}
+
 // Tracks the live bytes of a walk over a schedule and the largest total met.
 class Walk {
  public:
@@ -73,6 +115,7 @@ class Walk {
     }
   }
   int64_t peak() const { return peak_; }
+  int64_t live() const { return live_; }
   const std::string& phase() const { return phase_; }
 
  private:
@@ -94,40 +137,44 @@ std::string Label(const char* what, int64_t microbatch, const ChunkPlan& chunk, 
 class ChunkSizes {
  public:
   ChunkSizes(const MemoryProbe& probe, const ChunkPlan& chunk, bool pipelined)
-      : p_(probe), c_(chunk), pipelined_(pipelined) {}
+      : probe_(probe), chunk_(chunk), pipelined_(pipelined) {}
 
   const LayerMemory& layer(int64_t l) const {
-    return p_.layers[static_cast<size_t>(c_.ModelLayer(l))];
+    return probe_.layers[static_cast<size_t>(chunk_.ModelLayer(l))];
   }
-  bool recomputed(int64_t l) const { return c_.recompute.segment_of_layer[l] >= 0; }
+  bool recomputed(int64_t l) const { return chunk_.recompute.segment_of_layer[l] >= 0; }
   const LayerSegment& segment(int64_t l) const {
-    return c_.recompute.segments[c_.recompute.segment_of_layer[l]];
+    return chunk_.recompute.segments[chunk_.recompute.segment_of_layer[l]];
   }
   bool tail(int64_t l) const { return recomputed(l) && segment(l).last_layer() == l; }
   bool head(int64_t l) const { return recomputed(l) && segment(l).first_layer == l; }
-  int64_t layers() const { return c_.layers(); }
+  int64_t layers() const { return chunk_.layers(); }
   // The activation received from the previous stage and the gradient received from the next.
-  int64_t received() const { return c_.receives() ? p_.input_bytes * c_.input_parts : 0; }
-  int64_t received_gradient() const { return c_.sends() ? p_.input_bytes * c_.output_parts : 0; }
+  int64_t received() const {
+    return chunk_.receives() ? probe_.input_bytes * chunk_.input_parts : 0;
+  }
+  int64_t received_gradient() const {
+    return chunk_.sends() ? probe_.input_bytes * chunk_.output_parts : 0;
+  }
   // An MTP chunk's output joins the main and MTP hidden states in one new tensor.
   int64_t stacked_output() const {
-    return c_.mtp_layers() > 0 ? p_.input_bytes * c_.output_parts : 0;
+    return chunk_.mtp_layers() > 0 ? probe_.input_bytes * chunk_.output_parts : 0;
   }
   // Every .grad the chunk's backward leaves until the flush.
   int64_t grad_bytes() const {
-    int64_t g = (c_.pre_process() ? p_.embedding_grad_bytes : 0) +
-                (c_.post_process() ? p_.post_grad_bytes : 0);
+    int64_t g = (chunk_.pre_process() ? probe_.embedding_grad_bytes : 0) +
+                (chunk_.post_process() ? probe_.post_grad_bytes : 0);
     for (int64_t l = 0; l < layers(); ++l) g += layer(l).grad_bytes;
     return g;
   }
   std::string Where(const char* what, int64_t microbatch, int64_t l = -1) const {
-    return Label(what, microbatch, c_, l, pipelined_);
+    return Label(what, microbatch, chunk_, l, pipelined_);
   }
-  const ChunkPlan& plan() const { return c_; }
+  const ChunkPlan& plan() const { return chunk_; }
 
  private:
-  const MemoryProbe& p_;
-  const ChunkPlan& c_;
+  const MemoryProbe& probe_;
+  const ChunkPlan& chunk_;
   bool pipelined_;
 };
 
@@ -177,13 +224,17 @@ void ReferenceBackward(const MemoryProbe& p, const ChunkSizes& c, int64_t m, Wal
   }
   // The input's gradient goes back to the previous stage (its send lets go of it at once).
   w->Check(c.received(), c.Where("send gradient", m));
-  w->Add(-c.received() - c.received_gradient() - c.stacked_output(), c.Where("backward end", m));
+  // The activation received, the gradient received and (a chunk that sends MTP hidden states on)
+  // the stacked output go with the pass.
+  const int64_t stacked = c.plan().post_process() ? 0 : c.stacked_output();
+  w->Add(-c.received() - c.received_gradient() - stacked, c.Where("backward end", m));
   if (c.plan().pre_process()) {
     w->Add(p.embedding_grad_bytes - p.embedding_retained, c.Where("embedding backward", m));
   }
   w->Add(-c.grad_bytes(), c.Where("gradient flush", m));
 }
 
+// The reference arm: its 1F1B steps in order, each step's forward pass, then its backward pass.
 void WalkReference(const MemoryProbe& p, const std::vector<ChunkPlan>& chunks,
                    const std::vector<PipelineStep>& steps, bool pipelined, Walk* w) {
   for (const PipelineStep& step : steps) {
@@ -198,6 +249,7 @@ void WalkReference(const MemoryProbe& p, const std::vector<ChunkPlan>& chunks,
   }
 }
 
+// The overlap arm: the plan's operations in order, each adding or releasing what its node keeps.
 void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w) {
   std::vector<ChunkSizes> sizes;
   for (const ChunkPlan& chunk : plan.chunks) sizes.emplace_back(p, chunk, plan.pipelined());
@@ -208,9 +260,9 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w) {
     if (op.phase == Phase::kReplay && op.node != NodeKind::kSegment) {
       // A replayed layer holds what its forward with grad keeps, from its attn node on.
       if (op.node == NodeKind::kAttn) {
-        w->Check(c.layer(l).retained + c.layer(l).forward_transient,
-                 c.Where("segment replay", m, l));
-        w->Add(c.layer(l).retained, c.Where("segment replay", m, l));
+        const int64_t kept = c.layer(l).retained + c.layer(l).node_boundary_bytes;
+        w->Check(kept + c.layer(l).forward_transient, c.Where("segment replay", m, l));
+        w->Add(kept, c.Where("segment replay", m, l));
       }
       continue;
     }
@@ -263,12 +315,13 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w) {
             w->Check(a.forward_transient_no_grad, c.Where("no-grad attn forward", m, l));
             if (c.tail(l)) w->Add(p.input_bytes, c.Where("segment output", m, l));
           } else {
-            w->Check(a.retained + a.forward_transient, c.Where("attn forward", m, l));
-            w->Add(a.retained, c.Where("attn forward", m, l));
+            const int64_t kept = a.retained + a.node_boundary_bytes;
+            w->Check(kept + a.forward_transient, c.Where("attn forward", m, l));
+            w->Add(kept, c.Where("attn forward", m, l));
           }
         } else {
           w->Check(a.grad_bytes + a.backward_transient, c.Where("attn backward", m, l));
-          w->Add(a.grad_bytes - a.retained, c.Where("attn backward", m, l));
+          w->Add(a.grad_bytes - a.retained - a.node_boundary_bytes, c.Where("attn backward", m, l));
           // An eager layer fed by a no-grad segment's output frees that output here.
           if (!c.recomputed(l) && l > 0 && c.tail(l - 1)) {
             w->Add(-p.input_bytes, c.Where("attn backward", m, l));
@@ -288,8 +341,7 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w) {
           // The pass ends: its gradients, the activation it received (unless a chunk without
           // layers passed it on at once) and the gradient it received go.
           const int64_t received = c.layers() == 0 && !c.plan().post_process() ? 0 : c.received();
-          w->Add(-c.grad_bytes() - received - c.received_gradient(),
-                 c.Where("gradient flush", m));
+          w->Add(-c.grad_bytes() - received - c.received_gradient(), c.Where("gradient flush", m));
         }
         break;
       default:
@@ -355,6 +407,9 @@ MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
             return model.DecoderLayer(w.layers[l], x, microbatch, &losses);
           },
           hidden, store);
+      kind->node_boundary_bytes =
+          NodeBoundaryBytes(model, w.layers[l], nullptr, hidden, microbatch, kind->retained);
+      TakeGradBytes(store);
     }
     probe.layers[static_cast<size_t>(l)] = *kind;
   }
@@ -370,6 +425,9 @@ MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
             return model.MtpFinalNorm(w.mtp[d], y);
           },
           hidden, store);
+      mtp->node_boundary_bytes =
+          NodeBoundaryBytes(model, w.mtp[d].layer, &w.mtp[d], hidden, microbatch, mtp->retained);
+      TakeGradBytes(store);
     }
     probe.layers[static_cast<size_t>(c.layers + d)] = *mtp;
   }
@@ -418,14 +476,15 @@ MemoryPrediction PredictPeak(const MemoryProbe& probe, const ArmConfig& arm,
     WalkReference(probe, BuildChunkPlans(model, pipeline, pp_rank, arm.recompute),
                   PipelineSchedule(schedule, pp_rank), pipeline.pp > 1, &w);
   } else {
-    WalkOverlap(probe,
-                BuildCombinedStepPlan(model, pipeline, pp_rank, microbatches, arm.recompute), &w);
+    WalkOverlap(probe, BuildCombinedStepPlan(model, pipeline, pp_rank, microbatches, arm.recompute),
+                &w);
   }
   w.Check(probe.reduction_transient, "gradient reduction");
   MemoryPrediction prediction;
   prediction.static_bytes = static_bytes;
   prediction.peak_bytes = static_bytes + w.peak();
   prediction.peak_phase = w.phase();
+  prediction.unreleased_bytes = w.live();
   return prediction;
 }
 

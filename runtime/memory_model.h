@@ -34,11 +34,16 @@ struct LayerMemory {
   int64_t forward_transient_no_grad = 0;  // while its forward runs without grad
   int64_t backward_transient = 0;         // above the pre-backward level, gradients excluded
   int64_t grad_bytes = 0;                 // its parameters' .grad bytes
+  // What the overlap arm's nodes keep of the layer beyond `retained`: each node runs its piece as
+  // a graph of its own on detached inputs and holds its outputs, and an all-to-all node what it
+  // received, until its backward, where one graph of the layer frees what it does not save.
+  int64_t node_boundary_bytes = 0;
 };
 
 struct MemoryProbe {
   int64_t input_bytes = 0;  // I: one layer's input (= output) tensor
-  int64_t embedding_retained = 0;  // the embedding and the post-process: 0 where not held
+  // The embedding's and (below) the post-process's sizes; 0 on ranks without them.
+  int64_t embedding_retained = 0;
   int64_t embedding_grad_bytes = 0;
   // By the model's layer index (decoder layers, then MTP depths); layers of other pipeline ranks
   // stay zero.
@@ -54,6 +59,9 @@ struct MemoryPrediction {
   int64_t static_bytes = 0;  // live at iteration start: weights, masters, main grads, Adam
   int64_t peak_bytes = 0;    // predicted peak of an iteration
   std::string peak_phase;    // where the model puts the peak
+  // What the walk still held when the iteration's passes were done: 0, since every pass releases
+  // what it added (tests check it).
+  int64_t unreleased_bytes = 0;
 };
 
 // Measures the probe on `model` (the layers of its rank) with one microbatch; every rank of the

@@ -58,6 +58,17 @@ Trainer::Trainer(const Recipe& recipe, const ArmConfig& arm, const ParallelLayou
     // Every rank joins its stage's EP group, then its pipeline.
     ep_comm_ = comm_->Subgroup("ep/" + std::to_string(layout_.pp_rank), layout_.EpGroup());
     pp_comm_ = comm_->Subgroup("pp/" + std::to_string(layout_.ep_rank), layout_.PipelineGroup());
+    if (pp_comm_->transport() == Transport::kNccl) {
+      // NCCL runs a pair's transfers in issue order on one stream, so a receive posted ahead of
+      // a send can wait for a peer whose matching send waits behind its own receive; Megatron
+      // batches each step's sends and receives (batch_isend_irecv) for that reason, and the
+      // engines here post them one by one.
+      throw InputError(
+          "[parallel] pp = " + std::to_string(layout_.pp_size) +
+          " with device = \"cuda\" needs point-to-point transfers over NCCL, which bitparity "
+          "does not batch yet (ranks on separate GPUs could wait for each other forever); run "
+          "the pipeline on the CPU, or with its ranks sharing one GPU (host-staged Gloo)");
+    }
   }
   const ModelConfig config = recipe.model_of(arm);
   const double loss_grad_scale =

@@ -120,7 +120,10 @@ TEST(MatrixCommand, BadMatrixFilesAreBadInput) {
         "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\npipeline = [\"x\"]\n"
         "[matrix.layouts]\nx = { pp = 0, layout = \"Et|tL\" }\n",
         "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\npipeline = [\"x\"]\n"
-        "[matrix.layouts]\nx = { pp = 2, layout = \"Et|tL\", vpp = 2 }\n"}) {
+        "[matrix.layouts]\nx = { pp = 2, layout = \"Et|tL\", vpp = 2 }\n",
+        // Four decoder layers in the layout, two in the base.
+        "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\npipeline = [\"x\"]\n"
+        "[matrix.layouts]\nx = { pp = 2, layout = \"Ettt|tL\" }\n"}) {
     const std::string matrix = dir.Write("bad.toml", body);
     testing::CommandResult r = testing::RunBitparity({"matrix", matrix, "--out", dir.File("o")});
     EXPECT_EQ(r.exit_code, 2) << body << r.output;

@@ -128,5 +128,23 @@ TEST(PipelineParallel, OverlapPlanListsEveryRanksCombinedStepsWithTransfers) {
   EXPECT_EQ(receives, 3 * 4 * 2);
 }
 
+// A cluster launcher whose world is not pp x ep: bad input naming the keys, before any
+// rendezvous.
+TEST(PipelineParallel, AWorldThatIsNotPpTimesEpIsBadInput) {
+  testing::TempDir dir;
+  const std::string recipe = dir.Write("pipeline.toml", PipelineRecipe());
+  testing::CommandResult r = testing::RunBitparity(
+      {"worker", "--recipe", recipe, "--arm", "reference", "--out-dir", dir.path()},
+      {{"RANK", "0"},
+       {"WORLD_SIZE", "2"},
+       {"LOCAL_RANK", "0"},
+       {"MASTER_ADDR", "127.0.0.1"},
+       {"MASTER_PORT", "29511"}});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("the world has 2 ranks but the recipe's [parallel] pp x ep is 2 x 2 = 4"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace bitparity

@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,6 +32,8 @@ struct PipelineParityCase {
   std::string recompute;  // an arm override, "" for none
   std::string dispatcher;
   std::string precision;
+  std::string overlap_recompute = "";  // the overlap arm's, when it differs (the reference arm
+                                       // has no whole-chunk unit with a pipeline)
 };
 
 Recipe Build(const PipelineParityCase& c) {
@@ -37,8 +42,14 @@ Recipe Build(const PipelineParityCase& c) {
       .Set("train.global_batch", int64_t{16})  // 4 microbatches per pipeline
       .Set("train.lr", 1e-2)
       .Set("model.dispatcher", c.dispatcher)
-      .Set("precision.recipe", c.precision)
-      .ParityArms(c.recompute);
+      .Set("precision.recipe", c.precision);
+  if (c.overlap_recompute.empty()) {
+    builder.ParityArms(c.recompute);
+  } else {
+    builder.Arm("reference", "reference", c.recompute)
+        .Arm("overlap", "overlap", c.overlap_recompute)
+        .Arm("reference_none", "reference");
+  }
   if (c.layout.empty()) {
     builder.Set("parallel.vpp", static_cast<int64_t>(c.vpp));
   } else {
@@ -62,8 +73,14 @@ INSTANTIATE_TEST_SUITE_P(
         PipelineParityCase{"pp2_vpp2_none_fp32", 2, 2, 4, 0, "", "", "alltoall", "fp32"},
         PipelineParityCase{"pp2_vpp2_uniform1_mtp1_flex_bf16", 2, 2, 4, 1, "",
                            testing::FullRecompute("uniform", 1), "flex", "bf16"},
-        PipelineParityCase{"pp2_vpp2_uniform2_fp32", 2, 2, 4, 0, "",
+        // Two layers per chunk: a segment of two layers.
+        PipelineParityCase{"pp2_vpp2_uniform2_fp32", 2, 2, 8, 0, "",
                            testing::FullRecompute("uniform", 2), "flex", "fp32"},
+        // The whole chunk replayed at once (against the reference with uniform 1 and without
+        // recompute), chunks of two layers and MTP.
+        PipelineParityCase{"pp2_vpp2_chunk_mtp1_bf16", 2, 2, 8, 1, "",
+                           testing::FullRecompute("uniform", 1), "alltoall", "bf16",
+                           "recompute = { granularity = \"full\", unit = \"chunk\" }"},
         PipelineParityCase{"pp2_vpp2_block1_mtp1_bf16", 2, 2, 4, 1, "",
                            testing::FullRecompute("block", 1), "alltoall", "bf16"},
         // Uneven, an empty stage, MTP on the loss stage; block 3 is every layer of a chunk.
@@ -110,18 +127,66 @@ TEST(PipelineOverlapParity, MtpPostProcessOutsideTheSegmentIsCaughtAcrossStages)
   options.bugs.overlap.mtp_post_outside_segment = true;
   const testing::RankRecords reference = testing::TrainOnThreads(recipe, "reference");
   const testing::RankRecords buggy = testing::TrainOnThreads(recipe, "overlap", options);
-  // Rank 0 holds the embedding and layers 0 and 2; rank 2 layers 1 and 3 with MTP: both see it.
-  for (int64_t rank : {0, 2}) {
-    EXPECT_FALSE(testing::DifferingGrads(reference, buggy, 1, rank).empty()) << "rank " << rank;
-  }
+  // Rank 0 holds the embedding and layers 0 and 2; rank 2 layers 1 and 3 with MTP. The lost
+  // contribution reaches the first stage's layers and the embedding through the gradients sent
+  // back, two stages and one rank boundary away.
+  auto differs = [&](int64_t rank, const std::string& param) {
+    const std::vector<std::string> d = testing::DifferingGrads(reference, buggy, 1, rank);
+    return std::find(d.begin(), d.end(), param) != d.end();
+  };
+  EXPECT_TRUE(differs(2, "layers.3.attention.qkv"));
+  EXPECT_TRUE(differs(2, "layers.1.attention.qkv"));
+  EXPECT_TRUE(differs(0, "layers.2.attention.qkv"));
+  EXPECT_TRUE(differs(0, "layers.0.attention.qkv"));
+  EXPECT_TRUE(differs(0, "embedding"));
+}
+
+// Pipeline transfers are on the overlap timeline next to the all-to-alls: every pass of a
+// middle stage receives and sends in both directions.
+TEST(PipelineOverlapTimeline, RecordsEveryTransfer) {
+  const Recipe recipe =
+      Build({"timeline", 2, 2, 4, 0, "", testing::FullRecompute("uniform", 1), "alltoall", "fp32"});
+  std::mutex mutex;
+  std::map<int64_t, std::map<std::string, int>> counts;  // rank -> "p2p_recv forward" -> n
+  testing::ThreadTrainOptions options;
+  options.on_trainer = [&](int64_t rank, Trainer& trainer) {
+    auto* engine = dynamic_cast<OverlapEngine*>(&trainer.engine());
+    ASSERT_NE(engine, nullptr);
+    engine->set_record_timeline(true);
+    trainer.RunIteration(1, nullptr);
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const TimelineEvent& e : engine->timeline()) {
+      if (e.node.rfind("p2p_", 0) == 0) {
+        EXPECT_TRUE(e.comm);
+        // A receive is posted a step before its first consumer waits for it.
+        if (e.node == "p2p_recv") {
+          EXPECT_GT(e.wait_begin_ns, e.begin_ns);
+        }
+        EXPECT_GE(e.end_ns, e.wait_begin_ns);
+        ++counts[rank][e.node + " " + e.phase];
+      }
+    }
+  };
+  testing::TrainOnThreads(recipe, "overlap", options);
+  // Rank 0 (pipeline rank 0) holds stages 0 and 2: stage 0 sends forward and receives gradients,
+  // stage 2 does all four; 4 microbatches each.
+  EXPECT_EQ(counts[0]["p2p_send forward"], 8);
+  EXPECT_EQ(counts[0]["p2p_recv backward"], 8);
+  EXPECT_EQ(counts[0]["p2p_recv forward"], 4);
+  EXPECT_EQ(counts[0]["p2p_send backward"], 4);
+  // Rank 2 (pipeline rank 1): stages 1 and 3, the loss stage sends nothing forward.
+  EXPECT_EQ(counts[2]["p2p_recv forward"], 8);
+  EXPECT_EQ(counts[2]["p2p_send backward"], 8);
+  EXPECT_EQ(counts[2]["p2p_send forward"], 4);
+  EXPECT_EQ(counts[2]["p2p_recv backward"], 4);
 }
 
 // The combined steps of a pipeline rank pair the forward of one (chunk, microbatch) with the
 // backward of another; every pass's receive is posted before its first consumer, and its send
 // follows its last layer.
 TEST(PipelineOverlapPlan, EveryPassReceivesBeforeItRunsAndSendsAfterIt) {
-  const Recipe recipe =
-      Build({"plan", 2, 2, 4, 1, "", testing::FullRecompute("uniform", 1), "alltoall", "bf16"});
+  const Recipe recipe = Build(
+      {"plan", 2, 2, 4, 1, "Et|tt||tmL", testing::FullRecompute("uniform", 1), "alltoall", "bf16"});
   const PipelineLayout pipeline = recipe.pipeline();
   for (int64_t rank = 0; rank < 2; ++rank) {
     const CombinedStepPlan plan =
@@ -129,34 +194,42 @@ TEST(PipelineOverlapPlan, EveryPassReceivesBeforeItRunsAndSendsAfterIt) {
     ASSERT_EQ(plan.chunks.size(), 2u);
     for (const ChunkPlan& chunk : plan.chunks) {
       for (int64_t m = 0; m < 4; ++m) {
-        std::vector<size_t> recv_forward, first_forward, send_forward, last_forward;
-        std::vector<size_t> recv_backward, first_backward, send_backward;
+        // Positions in the plan of this pass's transfers and of its first and last forward and
+        // backward operations (layers, pre- and post-process).
+        std::vector<size_t> recv_forward, send_forward, recv_backward, send_backward;
+        std::vector<size_t> forward_ops, backward_ops;
         for (size_t i = 0; i < plan.ops.size(); ++i) {
           const NodeOp& op = plan.ops[i];
           if (op.chunk != chunk.stage.chunk || op.microbatch != m) continue;
           const bool f = op.phase == Phase::kForward;
+          const bool compute = op.layer >= 0 || op.node == NodeKind::kPreProcess ||
+                               op.node == NodeKind::kPostProcess;
           if (op.node == NodeKind::kP2pRecv) (f ? recv_forward : recv_backward).push_back(i);
           if (op.node == NodeKind::kP2pSend) (f ? send_forward : send_backward).push_back(i);
-          if (op.layer >= 0 && f) {
-            if (first_forward.empty()) first_forward.push_back(i);
-            last_forward = {i};
-          }
-          if (op.layer >= 0 && op.phase == Phase::kBackward && first_backward.empty()) {
-            first_backward.push_back(i);
-          }
+          if (compute && f) forward_ops.push_back(i);
+          if (compute && op.phase == Phase::kBackward) backward_ops.push_back(i);
         }
         const std::string pass = "rank " + std::to_string(rank) + " chunk " +
                                  std::to_string(chunk.stage.chunk) + " mb " + std::to_string(m);
-        EXPECT_EQ(recv_forward.size(), chunk.receives() ? 1u : 0u) << pass;
-        EXPECT_EQ(send_backward.size(), chunk.receives() ? 1u : 0u) << pass;
-        EXPECT_EQ(recv_backward.size(), chunk.sends() ? 1u : 0u) << pass;
-        EXPECT_EQ(send_forward.size(), chunk.sends() ? 1u : 0u) << pass;
-        if (chunk.receives() && !first_forward.empty()) {
-          EXPECT_LT(recv_forward[0], first_forward[0]) << pass;
+        ASSERT_EQ(recv_forward.size(), chunk.receives() ? 1u : 0u) << pass;
+        ASSERT_EQ(send_backward.size(), chunk.receives() ? 1u : 0u) << pass;
+        ASSERT_EQ(recv_backward.size(), chunk.sends() ? 1u : 0u) << pass;
+        ASSERT_EQ(send_forward.size(), chunk.sends() ? 1u : 0u) << pass;
+        if (chunk.receives() && !forward_ops.empty()) {
+          EXPECT_LT(recv_forward[0], forward_ops.front()) << pass;
         }
-        if (chunk.sends() && !first_backward.empty()) {
-          EXPECT_LT(recv_backward[0], first_backward[0]) << pass;
-          EXPECT_GT(send_forward[0], last_forward[0]) << pass;
+        if (chunk.receives() && !backward_ops.empty()) {
+          EXPECT_GT(send_backward[0], backward_ops.back()) << pass;
+        }
+        if (chunk.sends()) {
+          if (!backward_ops.empty()) {
+            EXPECT_LT(recv_backward[0], backward_ops.front()) << pass;
+          }
+          if (!forward_ops.empty()) {
+            EXPECT_GT(send_forward[0], forward_ops.back()) << pass;
+          }
+          // The gradient comes back only after the activation went out.
+          EXPECT_GT(recv_backward[0], send_forward[0]) << pass;
         }
       }
     }
@@ -169,6 +242,45 @@ TEST(PipelineOverlapPlan, EveryPassReceivesBeforeItRunsAndSendsAfterIt) {
     EXPECT_EQ(FormatPipelineSchedule(plan.steps),
               FormatPipelineSchedule(PipelineSchedule(schedule, rank)));
   }
+}
+
+// A step merging chunks of different layer counts (Megatron's TransformerModelChunkSchedulePlan
+// .run): the pairs first, forward layer i with backward layer Lb-1-i, then the backward's
+// remaining layers, then the forward's. Rank 1 of "Et|tt||tmL" holds [t1 t2] and [t3 m0 L].
+TEST(PipelineOverlapPlan, ChunksOfDifferentLengthsPairThenFinishBackwardThenForward) {
+  const Recipe recipe = Build({"lengths", 2, 2, 4, 1, "Et|tt||tmL", "", "alltoall", "bf16"});
+  const CombinedStepPlan plan =
+      BuildCombinedStepPlan(recipe.model, recipe.pipeline(), 1, 4, recipe.arm("overlap").recompute);
+  int checked = 0;
+  for (const PipelineStep& step : plan.steps) {
+    if (!step.forward.valid() || !step.backward.valid()) continue;
+    if (step.forward.chunk == step.backward.chunk) continue;
+    // The layer order of this step's attn nodes: "F1", "B1" (layer within the chunk).
+    std::vector<std::string> order;
+    for (const NodeOp& op : plan.ops) {
+      const bool forward_pass = op.chunk == step.forward.chunk &&
+                                op.microbatch == step.forward.microbatch &&
+                                op.phase == Phase::kForward;
+      const bool backward_pass = op.chunk == step.backward.chunk &&
+                                 op.microbatch == step.backward.microbatch &&
+                                 op.phase == Phase::kBackward;
+      if (op.node != NodeKind::kAttn || !(forward_pass || backward_pass)) continue;
+      order.push_back((forward_pass ? "F" : "B") + std::to_string(op.layer));
+    }
+    const int64_t lf = plan.chunk(step.forward.chunk).layers();
+    const int64_t lb = plan.chunk(step.backward.chunk).layers();
+    std::vector<std::string> expected;
+    for (int64_t i = 0; i < std::min(lf, lb); ++i) {
+      expected.push_back("F" + std::to_string(i));
+      expected.push_back("B" + std::to_string(lb - 1 - i));
+    }
+    for (int64_t i = std::min(lf, lb); i < lb; ++i)
+      expected.push_back("B" + std::to_string(lb - 1 - i));
+    for (int64_t i = std::min(lf, lb); i < lf; ++i) expected.push_back("F" + std::to_string(i));
+    EXPECT_EQ(order, expected) << FormatPipelineSchedule({step});
+    ++checked;
+  }
+  EXPECT_GE(checked, 2);
 }
 
 }  // namespace

@@ -3,10 +3,10 @@
 
 // Accounting of tensor memory. On the CPU: a wrapper around LibTorch's CPU allocator that counts
 // live and peak bytes of every tensor allocation made after it is installed. oneDNN's
-// scratchpads come from the c10 allocator in this LibTorch and are counted (a test pins that
-// down); memory a library takes from malloc directly (the BLAS's own buffers, say) is not seen.
-// On a GPU (TrackCudaDevice): the CUDA caching allocator's allocated bytes of that device, which
-// include every tensor and the libraries' workspaces taken from it.
+// scratchpads, where a CPU's kernels take one, come from the c10 allocator in this LibTorch and
+// are counted (a test pins that down); memory a library takes from malloc directly (the BLAS's own
+// buffers, say) is not seen. On a GPU (TrackCudaDevice): the CUDA caching allocator's allocated
+// bytes of that device, which include every tensor and the libraries' workspaces taken from it.
 
 #include <cstdint>
 #include <string>

@@ -88,10 +88,8 @@ int Validate(const std::string& path) {
     const PipelineLayout pipeline = recipe.pipeline();
     std::cout << "  pipeline: \"" << pipeline.Text() << "\", stages per pipeline rank:\n";
     for (const std::string& line : pipeline.Describe()) std::cout << "    " << line << "\n";
-    PipelineScheduleConfig schedule;
-    schedule.pp = recipe.parallel.pp;
-    schedule.vpp = recipe.parallel.vpp;
-    schedule.microbatches = recipe.microbatches_per_rank();
+    PipelineScheduleConfig schedule =
+        PipelineScheduleConfig::Of(pipeline, recipe.microbatches_per_rank());
     for (const bool overlap : {false, true}) {
       const bool used = std::any_of(
           recipe.arms.begin(), recipe.arms.end(),
@@ -118,8 +116,9 @@ int Validate(const std::string& path) {
         segments +=
             std::string(stage.index ? " | " : "") + FormatChunkSegments(plan, stage, m.layers);
         for (const std::string& w : plan.warnings) {
-          if (std::find(warnings.begin(), warnings.end(), w) == warnings.end())
+          if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) {
             warnings.push_back(w);
+          }
         }
       }
     } else {

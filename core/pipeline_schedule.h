@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "core/pipeline_layout.h"
+
 namespace bitparity {
 
 // A forward or backward of one (model chunk, microbatch) pair.
@@ -47,6 +49,17 @@ struct PipelineScheduleConfig {
   int64_t microbatches = 1;      // per pipeline rank and chunk
   int64_t microbatch_group = 0;  // G of the interleaved schedule; 0: pp
   bool ep_overlap = false;       // the overlap arm: one more warm-up forward
+
+  // The schedule of `pipeline`'s ranks with `microbatches` each.
+  static PipelineScheduleConfig Of(const PipelineLayout& pipeline, int64_t microbatches,
+                                   bool ep_overlap = false) {
+    PipelineScheduleConfig config;
+    config.pp = pipeline.pp;
+    config.vpp = pipeline.vpp;
+    config.microbatches = microbatches;
+    config.ep_overlap = ep_overlap;
+    return config;
+  }
 };
 
 // The rules Megatron's schedules put on a configuration, as a message ("" when it runs):

@@ -233,12 +233,8 @@ CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, const PipelineL
   plan.vpp = pipeline.vpp;
   plan.pp_rank = pp_rank;
   plan.chunks = BuildChunkPlans(model, pipeline, pp_rank, recompute);
-  PipelineScheduleConfig schedule;
-  schedule.pp = pipeline.pp;
-  schedule.vpp = pipeline.vpp;
-  schedule.microbatches = microbatches;
-  schedule.ep_overlap = true;
-  plan.steps = PipelineSchedule(schedule, pp_rank);
+  plan.steps = PipelineSchedule(
+      PipelineScheduleConfig::Of(pipeline, microbatches, /*ep_overlap=*/true), pp_rank);
   PlanBuilder builder(&plan);
   if (!plan.steps.empty()) {
     builder.PostReceive(Phase::kForward, plan.steps.front().forward);

@@ -246,10 +246,7 @@ std::vector<MicrobatchLosses> ReferenceEngine::RunPipelined(std::vector<ChunkSta
   const ParallelLayout& layout = model_->layout();
   microbatches_ = static_cast<int64_t>(microbatches.size());
   micro_batch_ = microbatches.front().input_ids.size(0);
-  PipelineScheduleConfig config;
-  config.pp = layout.pp_size;
-  config.vpp = layout.pipeline.vpp;
-  config.microbatches = microbatches_;
+  const PipelineScheduleConfig config = PipelineScheduleConfig::Of(layout.pipeline, microbatches_);
   std::vector<MicrobatchLosses> losses(microbatches.size());
   std::map<std::pair<int64_t, int64_t>, ChunkPassState> live;  // (chunk, microbatch)
   std::vector<PendingTransfer> sends;

@@ -469,12 +469,9 @@ MemoryPrediction PredictPeak(const MemoryProbe& probe, const ArmConfig& arm,
                              int64_t pp_rank, int64_t microbatches, int64_t static_bytes) {
   Walk w;
   if (arm.engine == EngineKind::kReference) {
-    PipelineScheduleConfig schedule;
-    schedule.pp = pipeline.pp;
-    schedule.vpp = pipeline.vpp;
-    schedule.microbatches = microbatches;
     WalkReference(probe, BuildChunkPlans(model, pipeline, pp_rank, arm.recompute),
-                  PipelineSchedule(schedule, pp_rank), pipeline.pp > 1, &w);
+                  PipelineSchedule(PipelineScheduleConfig::Of(pipeline, microbatches), pp_rank),
+                  pipeline.pp > 1, &w);
   } else {
     WalkOverlap(probe, BuildCombinedStepPlan(model, pipeline, pp_rank, microbatches, arm.recompute),
                 &w);

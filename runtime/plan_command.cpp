@@ -47,10 +47,8 @@ std::string ReferenceSchedule(const Recipe& recipe, const ArmConfig& arm, bool j
 // segments) and its 1F1B steps, the point-to-point transfers of each pass included.
 std::string PipelineReferenceSchedule(const Recipe& recipe, const ArmConfig& arm, bool json) {
   const PipelineLayout pipeline = recipe.pipeline();
-  PipelineScheduleConfig config;
-  config.pp = recipe.parallel.pp;
-  config.vpp = pipeline.vpp;
-  config.microbatches = recipe.microbatches_per_rank();
+  const PipelineScheduleConfig config =
+      PipelineScheduleConfig::Of(pipeline, recipe.microbatches_per_rank());
   nlohmann::json j;
   j["engine"] = "reference";
   j["pp"] = config.pp;

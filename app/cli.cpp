@@ -347,7 +347,8 @@ int RunCli(int argc, char** argv) {
   CLI::App* matrix = app.add_subcommand(
       "matrix",
       "Expand a matrix file's base recipe over its axes (precision, recompute, mtp_layers, "
-      "dispatcher) and run every cell like `run`; one junit.xml and report.json for all cells");
+      "dispatcher, pipeline) and run every cell like `run`; one junit.xml and report.json for all "
+      "cells");
   matrix->add_option("FILE", matrix_options.matrix_path, "Matrix file (.toml)")->required();
   matrix->add_option("--filter", matrix_options.filter,
                      "A filter named in the file's [matrix.filters], or axis=value[|value],...");

@@ -171,10 +171,6 @@ void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) 
                     std::to_string(rc.num_layers));
     }
   }
-  if (rc.full() && m.dropout != 0.0) {
-    diag->Add("[model]", "dropout must be 0 when recomputing (" + rc_where +
-                             " granularity \"full\"), got " + std::to_string(m.dropout));
-  }
   const bool delayed = arm.precision.fp8() && arm.precision.fp8_scaling == Fp8Scaling::kDelayed;
   if (arm.precision.native_fp8()) {
     if (recipe.parallel.device != DeviceKind::kCuda) {

@@ -60,7 +60,11 @@ struct ModelConfig {
   double norm_eps = 1e-6;
   double rope_theta = 10000.0;
   double init_std = 0.02;
-  double dropout = 0.0;  // hidden dropout after attention and after the MLP
+  // Dropout probabilities: hidden dropout on the attention and MLP outputs, and dropout on the
+  // attention probabilities. Each mask is a pure function of (seed, iteration, DP rank,
+  // microbatch, layer, site), so replays, arms and schedules draw the same masks.
+  double dropout = 0.0;
+  double attention_dropout = 0.0;
   Dispatcher dispatcher = Dispatcher::kAllToAll;
   std::string pipeline_layout;  // Megatron's --pipeline-model-parallel-layout; "": even split
 

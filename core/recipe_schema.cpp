@@ -43,7 +43,10 @@ const KeyTable<ModelConfig>& ModelKeys() {
                  "std / sqrt(2 layers))",
                  /*min_exclusive=*/true)
           .Float("dropout", &M::dropout, 0.0, 0.99,
-                 "hidden dropout after attention and after the MLP; must be 0 with recompute")
+                 "hidden dropout on the attention and MLP outputs; each mask depends only on "
+                 "(seed, iteration, microbatch, layer, site), so recompute replays it")
+          .Float("attention_dropout", &M::attention_dropout, 0.0, 0.99,
+                 "dropout on the attention probabilities, keyed as dropout")
           .Enum("dispatcher", &M::dispatcher, kDispatcherNames,
                 "how tokens reach their experts: one all-to-all row per (token, expert), or "
                 "one per (token, rank) expanded on arrival")

@@ -59,7 +59,8 @@ LayerAttentionOutput GptModel::LayerAttention(const LayerWeights& layer, const a
   const AttentionWeights& a = layer.attention;
   LayerAttentionOutput out;
   at::Tensor attention =
-      ops::CausalSelfAttention(Norm(x, a.norm), a.qkv, a.proj, config_.heads, rope_, precision_);
+      ops::CausalSelfAttention(Norm(x, a.norm), a.qkv, a.proj, config_.heads, rope_, precision_,
+                               config_.attention_dropout, DropoutKey(state, layer.index, 2));
   attention = ops::Dropout(attention, config_.dropout, DropoutKey(state, layer.index, 0));
   out.residual = x + attention;
   if (!layer.is_moe) {

@@ -109,6 +109,8 @@ class GptModel {
                    const ChunkState& state, MicrobatchLosses* losses) const;
 
  private:
+  // The key of a dropout mask. Sites: 0 the attention output, 1 the MLP output, 2 the attention
+  // probabilities.
   uint64_t DropoutKey(const ChunkState& state, int64_t layer, int64_t site) const;
   // RMSNorm with the model's epsilon (composed of elementary ops under
   // ModelBugs::composite_rms_norm).

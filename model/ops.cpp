@@ -267,7 +267,8 @@ RopeTables MakeRopeTables(int64_t seq_len, int64_t head_dim, double theta,
 
 at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight,
                                const at::Tensor& proj_weight, int64_t heads, const RopeTables& rope,
-                               const PrecisionConfig& precision) {
+                               const PrecisionConfig& precision, double attention_dropout,
+                               uint64_t dropout_key) {
   const int64_t b = x.size(0), s = x.size(1), h = x.size(2), d = h / heads;
   at::Tensor qkv = Linear(x, qkv_weight, precision).view({b, s, 3, heads, d});
   std::vector<at::Tensor> parts = qkv.permute({2, 0, 3, 1, 4}).unbind(0);
@@ -289,6 +290,7 @@ at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight
     probs = scores.to(x.scalar_type());
     scores.reset();
   }
+  probs = Dropout(probs, attention_dropout, dropout_key);
   at::Tensor context = at::matmul(probs, parts[2]).transpose(1, 2).reshape({b, s, h});
   return Linear(context, proj_weight, precision);
 }
@@ -303,12 +305,28 @@ at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& fc1, const at::Tensor& 
   return Linear(act, fc2, precision);
 }
 
+namespace {
+thread_local DropoutMaskObserver* dropout_mask_observer = nullptr;
+}  // namespace
+
+DropoutMaskObserver* SetDropoutMaskObserver(DropoutMaskObserver* observer) {
+  DropoutMaskObserver* previous = dropout_mask_observer;
+  dropout_mask_observer = observer;
+  return previous;
+}
+
+ScopedDropoutMaskObserver::ScopedDropoutMaskObserver(DropoutMaskObserver* observer)
+    : previous_(SetDropoutMaskObserver(observer)) {}
+
+ScopedDropoutMaskObserver::~ScopedDropoutMaskObserver() { SetDropoutMaskObserver(previous_); }
+
 at::Tensor Dropout(const at::Tensor& x, double p, uint64_t key) {
   if (p == 0.0) return x;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(key);
   at::Tensor keep = at::full(x.sizes(), 1.0 - p, at::TensorOptions().dtype(at::kFloat));
-  at::Tensor mask = at::bernoulli(keep, gen).to(x.options());
-  return x * mask * (1.0 / (1.0 - p));
+  at::Tensor mask = at::bernoulli(keep, gen);
+  if (dropout_mask_observer != nullptr) dropout_mask_observer->Observe(key, mask);
+  return x * mask.to(x.options()) * (1.0 / (1.0 - p));
 }
 
 at::Tensor MaskedCrossEntropy(const at::Tensor& logits, const at::Tensor& labels,

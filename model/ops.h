@@ -48,9 +48,11 @@ RopeTables MakeRopeTables(int64_t seq_len, int64_t head_dim, double theta,
 
 // Causal multi-head self-attention with rotary positions and an unfused softmax in fp32.
 // x: [b, s, h] already normalized; returns [b, s, h] before the output projection's residual.
+// `attention_dropout` drops attention probabilities with the mask of `dropout_key`.
 at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight,
                                const at::Tensor& proj_weight, int64_t heads, const RopeTables& rope,
-                               const PrecisionConfig& precision);
+                               const PrecisionConfig& precision, double attention_dropout = 0.0,
+                               uint64_t dropout_key = 0);
 
 // fc2(silu(gate) * up) with [gate; up] = fc1(x). When `probs` is defined (one per row), the
 // SwiGLU output is scaled by it in fp32 before fc2, as Megatron's weighted experts do.
@@ -61,6 +63,31 @@ at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& fc1, const at::Tensor& 
 // interleaved microbatches draw identical masks; drawn on the CPU, so every device draws the same
 // mask. Identity when p == 0.
 at::Tensor Dropout(const at::Tensor& x, double p, uint64_t key);
+
+// Sees every dropout mask drawn on the thread that installed it (ScopedDropoutMaskObserver):
+// the tests that count mask elements differing between a first pass and its replay, or between
+// arms.
+class DropoutMaskObserver {
+ public:
+  virtual ~DropoutMaskObserver() = default;
+  // `mask` holds 1 where an element is kept, 0 where it is dropped (CPU, fp32).
+  virtual void Observe(uint64_t key, const at::Tensor& mask) = 0;
+};
+
+// Installs `observer` (nullptr: none) on this thread; returns the one it replaces.
+DropoutMaskObserver* SetDropoutMaskObserver(DropoutMaskObserver* observer);
+
+// Installs `observer` on this thread for the object's lifetime (the previous one comes back).
+class ScopedDropoutMaskObserver {
+ public:
+  explicit ScopedDropoutMaskObserver(DropoutMaskObserver* observer);
+  ~ScopedDropoutMaskObserver();
+  ScopedDropoutMaskObserver(const ScopedDropoutMaskObserver&) = delete;
+  ScopedDropoutMaskObserver& operator=(const ScopedDropoutMaskObserver&) = delete;
+
+ private:
+  DropoutMaskObserver* previous_;
+};
 
 // Mean cross-entropy over the tokens where `mask` is 1, in fp32. logits: [b, s, vocab].
 at::Tensor MaskedCrossEntropy(const at::Tensor& logits, const at::Tensor& labels,

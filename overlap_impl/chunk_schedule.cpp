@@ -8,7 +8,6 @@
 
 #include "core/errors.h"
 #include "core/pipeline_schedule.h"
-#include "core/rng_state.h"
 
 namespace bitparity {
 
@@ -346,8 +345,7 @@ void RecomputeSegment::Run(const NodeOp& op, ChunkSchedule* chunk) {
     case Phase::kReplay:
       BeginReplay(chunk, chunk->context()->plan->replay_restores_chunk_state);
       return;
-    case Phase::kReplayDone:
-      EndReplay();
+    case Phase::kReplayDone:  // a marker: the segment's activations are all rebuilt here
       return;
     case Phase::kRelease:
       Release();
@@ -363,7 +361,6 @@ void RecomputeSegment::Capture(const at::Tensor& input, const ChunkState& state)
   input_ = input;
   snapshot_input_ids_ = state.input_ids;
   snapshot_mtp_hidden_ = state.mtp_hidden_states;
-  rng_state_ = CpuRngState();
 }
 
 void RecomputeSegment::BeginReplay(ChunkSchedule* chunk, bool restore_chunk_state) {
@@ -376,21 +373,12 @@ void RecomputeSegment::BeginReplay(ChunkSchedule* chunk, bool restore_chunk_stat
   for (int64_t l = spec_.first_layer; l <= spec_.last_layer(); ++l) {
     chunk->layer(l).SetForwardNoGrad(false);
   }
-  ambient_rng_state_ = CpuRngState();
-  SetCpuRngState(rng_state_);
-}
-
-void RecomputeSegment::EndReplay() {
-  SetCpuRngState(ambient_rng_state_);
-  ambient_rng_state_ = at::Tensor();
 }
 
 void RecomputeSegment::Release() {
   input_ = at::Tensor();
   snapshot_input_ids_ = at::Tensor();
   snapshot_mtp_hidden_.clear();
-  rng_state_ = at::Tensor();
-  ambient_rng_state_ = at::Tensor();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -142,14 +142,13 @@ class RecomputeSegment {
   // Runs one segment operation of the plan: capture, replay (its start), replay done, release.
   void Run(const NodeOp& op, ChunkSchedule* chunk);
 
-  // Before the head layer's forward: keep its input, the mutable chunk state and the RNG.
+  // Before the head layer's forward: keep its input and the mutable chunk state. (No RNG state:
+  // dropout masks are keyed by their site, ops::Dropout, and nothing else draws at random.)
   void Capture(const at::Tensor& input, const ChunkState& state);
-  // Before the tail layer's backward: restore the snapshot and the captured RNG state, and turn
-  // grad back on for the segment's layers; the plan's replay operations then run every node's
-  // forward again from input(), and EndReplay brings the ambient RNG state back.
-  // `restore_chunk_state` is the plan's (false only in a faulty plan).
+  // Before the tail layer's backward: restore the snapshot and turn grad back on for the
+  // segment's layers; the plan's replay operations then run every node's forward again from
+  // input(). `restore_chunk_state` is the plan's (false only in a faulty plan).
   void BeginReplay(ChunkSchedule* chunk, bool restore_chunk_state);
-  void EndReplay();
   const at::Tensor& input() const { return input_; }
   // After the head layer's backward.
   void Release();
@@ -162,8 +161,6 @@ class RecomputeSegment {
   at::Tensor input_;
   at::Tensor snapshot_input_ids_;
   std::vector<at::Tensor> snapshot_mtp_hidden_;
-  at::Tensor rng_state_;
-  at::Tensor ambient_rng_state_;
 };
 
 class ChunkSchedule {

@@ -71,7 +71,7 @@ enum class Phase {
   kBackward,
   kCapture,             // segment: keep the head's input, a chunk-state snapshot, the RNG state
   kReplay,              // segment: restore its snapshot and RNG; a node: run its forward again
-  kReplayDone,          // segment: the replay ran; the ambient RNG state comes back
+  kReplayDone,          // segment: the replay ran (a marker; the memory timeline samples here)
   kRelease,             // segment: drop what Capture kept
   kFlushGrads,          // chunk: add the microbatch's .grad into the fp32 main grads
   kReleaseActivations,  // chunk: drop what the no-grad forward of recomputed layers held

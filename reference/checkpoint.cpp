@@ -3,7 +3,6 @@
 #include <torch/torch.h>
 
 #include "core/memory.h"
-#include "core/rng_state.h"
 
 namespace bitparity {
 namespace {
@@ -12,8 +11,7 @@ using torch::autograd::variable_list;
 
 class CheckpointNode : public torch::autograd::Node {
  public:
-  CheckpointNode(CheckpointBody body, std::vector<at::Tensor> inputs, at::Tensor rng_state)
-      : body_(std::move(body)), rng_state_(std::move(rng_state)) {
+  CheckpointNode(CheckpointBody body, std::vector<at::Tensor> inputs) : body_(std::move(body)) {
     for (const at::Tensor& input : inputs) {
       requires_grad_.push_back(input.requires_grad());
       inputs_.push_back(input.detach());
@@ -25,7 +23,6 @@ class CheckpointNode : public torch::autograd::Node {
   variable_list apply(variable_list&& grads) override {
     // Every rank must replay (the body may hold collectives), so a missing gradient becomes 0.
     at::Tensor grad = grads[0].defined() ? grads[0] : input_metadata(0).zeros_like();
-    ScopedCpuRngState replay_draws(rng_state_);
     std::vector<at::Tensor> leaves;
     for (size_t i = 0; i < inputs_.size(); ++i) {
       leaves.push_back(inputs_[i].detach().requires_grad_(requires_grad_[i]));
@@ -50,13 +47,11 @@ class CheckpointNode : public torch::autograd::Node {
   CheckpointBody body_;
   std::vector<at::Tensor> inputs_;
   std::vector<bool> requires_grad_;
-  at::Tensor rng_state_;
 };
 
 }  // namespace
 
 at::Tensor Checkpoint(CheckpointBody body, const std::vector<at::Tensor>& inputs) {
-  at::Tensor rng_state = CpuRngState();
   at::Tensor out;
   {
     torch::NoGradGuard no_grad;
@@ -66,8 +61,8 @@ at::Tensor Checkpoint(CheckpointBody body, const std::vector<at::Tensor>& inputs
   for (const at::Tensor& input : inputs) any_requires_grad |= input.requires_grad();
   if (!any_requires_grad || !torch::GradMode::is_enabled()) return out;
 
-  auto node = std::shared_ptr<CheckpointNode>(
-      new CheckpointNode(std::move(body), inputs, rng_state), torch::autograd::deleteNode);
+  auto node = std::shared_ptr<CheckpointNode>(new CheckpointNode(std::move(body), inputs),
+                                              torch::autograd::deleteNode);
   torch::autograd::edge_list edges;
   for (const at::Tensor& input : inputs) {
     edges.push_back(input.requires_grad() ? torch::autograd::impl::gradient_edge(input)

@@ -90,8 +90,9 @@ std::vector<BadRecipe> BadRecipes() {
        v + "\n[arms.other]\nengine = \"reference\"\n[arms.other.recompute]\nmethod = "
            "\"block\"\nnum_layers = 0\n",
        "[arms.other.recompute] num_layers must be an integer in"},
-      {"dropout_with_recompute", Replace(v, "mtp_layers = 1", "mtp_layers = 1\ndropout = 0.1"),
-       "[model] dropout must be 0 when recomputing"},
+      {"attention_dropout_of_one",
+       Replace(v, "mtp_layers = 1", "mtp_layers = 1\nattention_dropout = 1.0"),
+       "[model] attention_dropout must be a finite number >= 0 and <= 0.99, got 1"},
       {"dump_beyond_iterations", Replace(v, "dump_grads_at = [1]", "dump_grads_at = [1, 9]"),
        "[trace] dump_grads_at entries must be <= [train] iterations (3), got 9"},
       {"no_arms", Replace(v, "[arms.reference]\nengine = \"reference\"\n", ""),

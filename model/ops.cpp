@@ -315,11 +315,6 @@ DropoutMaskObserver* SetDropoutMaskObserver(DropoutMaskObserver* observer) {
   return previous;
 }
 
-ScopedDropoutMaskObserver::ScopedDropoutMaskObserver(DropoutMaskObserver* observer)
-    : previous_(SetDropoutMaskObserver(observer)) {}
-
-ScopedDropoutMaskObserver::~ScopedDropoutMaskObserver() { SetDropoutMaskObserver(previous_); }
-
 at::Tensor Dropout(const at::Tensor& x, double p, uint64_t key) {
   if (p == 0.0) return x;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(key);

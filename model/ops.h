@@ -64,8 +64,8 @@ at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& fc1, const at::Tensor& 
 // mask. Identity when p == 0.
 at::Tensor Dropout(const at::Tensor& x, double p, uint64_t key);
 
-// Sees every dropout mask drawn on the thread that installed it (ScopedDropoutMaskObserver):
-// the tests that count mask elements differing between a first pass and its replay, or between
+// Sees every dropout mask drawn on the thread that installed it (SetDropoutMaskObserver): the
+// tests that count mask elements differing between a first pass and its replay, or between
 // arms.
 class DropoutMaskObserver {
  public:
@@ -76,18 +76,6 @@ class DropoutMaskObserver {
 
 // Installs `observer` (nullptr: none) on this thread; returns the one it replaces.
 DropoutMaskObserver* SetDropoutMaskObserver(DropoutMaskObserver* observer);
-
-// Installs `observer` on this thread for the object's lifetime (the previous one comes back).
-class ScopedDropoutMaskObserver {
- public:
-  explicit ScopedDropoutMaskObserver(DropoutMaskObserver* observer);
-  ~ScopedDropoutMaskObserver();
-  ScopedDropoutMaskObserver(const ScopedDropoutMaskObserver&) = delete;
-  ScopedDropoutMaskObserver& operator=(const ScopedDropoutMaskObserver&) = delete;
-
- private:
-  DropoutMaskObserver* previous_;
-};
 
 // Mean cross-entropy over the tokens where `mask` is 1, in fp32. logits: [b, s, vocab].
 at::Tensor MaskedCrossEntropy(const at::Tensor& logits, const at::Tensor& labels,

@@ -35,9 +35,9 @@
 // late; then the post-process forward (loss stage), the pre-process backward (first stage), the
 // per-pass gradient flush and the release of the recomputed layers' no-grad activations.
 //
-// A segment replay is listed node by node: `segment replay` (restore the chunk-state snapshot
-// and the RNG state), every node of every layer of the segment with phase `replay` (its
-// all-to-alls exposed: each is waited for by the next node), then `segment replay_done`.
+// A segment replay is listed node by node: `segment replay` (restore the chunk-state snapshot),
+// every node of every layer of the segment with phase `replay` (its all-to-alls exposed: each is
+// waited for by the next node), then `segment replay_done`.
 // Torch-free: `bitparity plan` prints it without training.
 
 #include <cstdint>
@@ -69,8 +69,8 @@ enum class NodeKind {
 enum class Phase {
   kForward,
   kBackward,
-  kCapture,             // segment: keep the head's input, a chunk-state snapshot, the RNG state
-  kReplay,              // segment: restore its snapshot and RNG; a node: run its forward again
+  kCapture,             // segment: keep the head's input and a chunk-state snapshot
+  kReplay,              // segment: restore its snapshot; a node: run its forward again
   kReplayDone,          // segment: the replay ran (a marker; the memory timeline samples here)
   kRelease,             // segment: drop what Capture kept
   kFlushGrads,          // chunk: add the microbatch's .grad into the fp32 main grads

@@ -76,7 +76,9 @@ int Validate(const std::string& path) {
   std::cout << recipe.path << ": ok (recipe '" << recipe.name << "')\n"
             << "  model: hidden " << m.hidden << ", heads " << m.heads << ", layers " << m.layers
             << " (" << m.first_k_dense << " dense), experts " << m.experts << " top-" << m.topk
-            << ", vocab " << m.vocab << ", seq " << m.seq_len << ", mtp " << m.mtp_layers << "\n"
+            << ", vocab " << m.vocab << ", seq " << m.seq_len << ", mtp " << m.mtp_layers
+            << (m.mhc() ? ", mHC " + std::to_string(m.mhc_streams) + " streams" : std::string())
+            << ", " << ParameterCount(m) << " parameters\n"
             << "  parallel: pp " << recipe.parallel.pp << " x ep " << recipe.parallel.ep
             << " (world " << recipe.world_size() << ", rank = pp_rank x ep + ep_rank), vpp "
             << recipe.parallel.vpp << ", threads/rank " << recipe.parallel.threads << ", timeout "

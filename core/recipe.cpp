@@ -21,6 +21,23 @@ namespace bitparity {
 
 const char* ToString(EngineKind engine) { return NameIn(kEngineNames, engine); }
 const char* ToString(Dispatcher dispatcher) { return NameIn(kDispatcherNames, dispatcher); }
+
+int64_t ParameterCount(const ModelConfig& m) {
+  const int64_t h = m.hidden, n = m.mhc_streams, mhc_rows = n * n + 2 * n;
+  // Per sublayer under mHC: the mapping, three gates, the bias; per block exit the contraction.
+  const int64_t mhc_sublayer = m.mhc() ? mhc_rows * n * h + 3 + mhc_rows : 0;
+  const int64_t mhc_exit = m.mhc() ? n * n * h + n + 1 : 0;
+  auto layer = [&](bool moe) {
+    const int64_t attention = h + 3 * h * h + h * h;
+    const int64_t mlp = moe ? h + m.experts * h + m.experts * 3 * m.moe_ffn * h : h + 3 * m.ffn * h;
+    return attention + mlp + 2 * mhc_sublayer;
+  };
+  int64_t count = 2 * m.vocab * h + h + mhc_exit;  // embedding, head, final norm
+  for (int64_t l = 0; l < m.layers; ++l) count += layer(m.layer_is_moe(l));
+  // MTP depth: enorm, hnorm, eh_proj (or e_proj and h_proj), its layer, contraction, final norm.
+  count += m.mtp_layers * (3 * h + 2 * h * h + layer(m.mtp_is_moe()) + mhc_exit);
+  return count;
+}
 const char* ToString(PrecisionRecipe recipe) { return NameIn(kPrecisionNames, recipe); }
 const char* ToString(Fp8Scaling scaling) { return NameIn(kFp8ScalingNames, scaling); }
 const char* ToString(Fp8Backend backend) { return NameIn(kFp8BackendNames, backend); }
@@ -95,6 +112,30 @@ void ValidateShapes(const Recipe& recipe, Diagnostics* diag) {
   if (m.first_k_dense > m.layers) {
     diag->Add("[model]", "first_k_dense must be <= layers (" + std::to_string(m.layers) +
                              "), got " + std::to_string(m.first_k_dense));
+  }
+  if (recipe.data.min_length > m.seq_len) {
+    diag->Add("[data]", "min_length must be <= [model] seq_len (" + std::to_string(m.seq_len) +
+                            "), got " + std::to_string(recipe.data.min_length));
+  }
+  if (recipe.data.padded(m.seq_len) && recipe.data.min_length <= m.mtp_layers) {
+    diag->Add("[data]",
+              "min_length must be > [model] mtp_layers (" + std::to_string(m.mtp_layers) +
+                  ": a sample must keep a token after its MTP depths roll it left), got " +
+                  std::to_string(recipe.data.min_length));
+  }
+  if (m.mhc() && (recipe.parallel.pp > 1 || recipe.parallel.vpp > 1)) {
+    diag->Add("[model]",
+              "mhc_streams > 0 needs [parallel] pp = 1 and vpp = 1 (pipeline stages "
+              "would exchange the n-stream residual, which is not built yet), got pp "
+              "= " +
+                  std::to_string(recipe.parallel.pp) +
+                  ", vpp = " + std::to_string(recipe.parallel.vpp));
+  }
+  if (m.mhc() && m.mtp_layers > 1) {
+    diag->Add("[model]",
+              "mhc_streams > 0 supports mtp_layers 0 or 1 (one MTP depth reads the "
+              "decoder's streams), got " +
+                  std::to_string(m.mtp_layers));
   }
   if (m.mtp_layers >= m.seq_len) {
     diag->Add("[model]", "mtp_layers must be < seq_len (" + std::to_string(m.seq_len) + "), got " +

@@ -67,12 +67,23 @@ struct ModelConfig {
   double attention_dropout = 0.0;
   Dispatcher dispatcher = Dispatcher::kAllToAll;
   std::string pipeline_layout;  // Megatron's --pipeline-model-parallel-layout; "": even split
+  // mHC (model/mhc.h): residual streams (0: off; Megatron's default when on is 4), Sinkhorn-Knopp
+  // iterations of the residual mixing matrix, and the initial gating of the mapping logits.
+  int64_t mhc_streams = 0;
+  int64_t mhc_sinkhorn_iterations = 20;
+  double mhc_init_gating_factor = 0.01;
 
   int64_t head_dim() const { return hidden / heads; }
+  bool mhc() const { return mhc_streams > 0; }
+  // The width of the residual stream between layers: hidden, or n x hidden under mHC.
+  int64_t residual_width() const { return mhc() ? mhc_streams * hidden : hidden; }
   bool layer_is_moe(int64_t layer) const { return layer >= first_k_dense; }
   // The MTP transformer layer follows the spec of the last decoder layer.
   bool mtp_is_moe() const { return layer_is_moe(layers - 1); }
 };
+
+// The model's parameter count (all ranks together, the MTP stage's embedding copy not counted).
+int64_t ParameterCount(const ModelConfig& model);
 
 struct ParallelConfig {
   DeviceKind device = DeviceKind::kCpu;  // "cuda": each rank uses the GPU of its LOCAL_RANK
@@ -86,6 +97,11 @@ struct ParallelConfig {
 
 struct DataConfig {
   int64_t branching = 4;  // successors per token in the synthetic Markov chain
+  // Shortest sample: each sample's length is drawn from [min_length, seq_len] and the sample is
+  // padded to seq_len; 0 (the default): every sample fills seq_len.
+  int64_t min_length = 0;
+
+  bool padded(int64_t seq_len) const { return min_length > 0 && min_length < seq_len; }
 };
 
 struct TrainConfig {

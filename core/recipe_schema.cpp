@@ -55,7 +55,16 @@ const KeyTable<ModelConfig>& ModelKeys() {
               "the stages in Megatron's --pipeline-model-parallel-layout syntax (E embedding, t "
               "decoder layer, m MTP layer, L loss, | between stages, (..)*n and t*n "
               "repetitions), chunk 0 of every pipeline rank first; \"\": layers split evenly "
-              "over pp x vpp");
+              "over pp x vpp")
+          .Int("mhc_streams", &M::mhc_streams, 0, 64,
+               "mHC: residual streams (Megatron's default when on is 4); per sublayer a learned "
+               "fp32 mapping aggregates them, expands the output back and mixes them through a "
+               "doubly stochastic matrix; 0 turns mHC off")
+          .Int("mhc_sinkhorn_iterations", &M::mhc_sinkhorn_iterations, 1, 1000,
+               "mHC: Sinkhorn-Knopp iterations that make the residual mixing matrix doubly "
+               "stochastic")
+          .Float("mhc_init_gating_factor", &M::mhc_init_gating_factor, 0.0, 10.0,
+                 "mHC: initial value of the gates that scale the mapping logits");
   return keys;
 }
 
@@ -84,8 +93,13 @@ const KeyTable<ParallelConfig>& ParallelKeys() {
 
 const KeyTable<DataConfig>& DataKeys() {
   static const KeyTable<DataConfig> keys =
-      KeyTable<DataConfig>("[data]").Int("branching", &DataConfig::branching, 1, 1 << 16,
-                                         "successors per token of the synthetic Markov chain");
+      KeyTable<DataConfig>("[data]")
+          .Int("branching", &DataConfig::branching, 1, 1 << 16,
+               "successors per token of the synthetic Markov chain")
+          .Int("min_length", &DataConfig::min_length, 0, kMaxInt,
+               "shortest sample: each sample's length is drawn uniformly from [min_length, "
+               "seq_len] and padded to seq_len (attention skips padded keys, losses skip padded "
+               "tokens); 0: no padding");
   return keys;
 }
 

@@ -36,6 +36,15 @@ std::vector<int64_t> MarkovCorpus::Sample(int64_t iteration, int64_t index, int6
   return tokens;
 }
 
+int64_t MarkovCorpus::SampleLength(int64_t iteration, int64_t index, int64_t min_length,
+                                   int64_t max_length) const {
+  if (min_length >= max_length) return max_length;
+  Rng rng(seed_,
+          {0x4C454E475448ull, static_cast<uint64_t>(iteration), static_cast<uint64_t>(index)});
+  return min_length +
+         static_cast<int64_t>(rng.Below(static_cast<uint64_t>(max_length - min_length + 1)));
+}
+
 double MarkovCorpus::EntropyPerToken() const {
   double h = 0, previous = 0;
   for (double c : cumulative_) {

@@ -18,6 +18,11 @@ class MarkovCorpus {
   // `length` tokens of sample `index` (0-based within the global batch) of `iteration`.
   std::vector<int64_t> Sample(int64_t iteration, int64_t index, int64_t length) const;
 
+  // The length of sample `index` of `iteration`, uniform in [min_length, max_length]; a function
+  // of (seed, iteration, index) like the tokens.
+  int64_t SampleLength(int64_t iteration, int64_t index, int64_t min_length,
+                       int64_t max_length) const;
+
   // Entropy of the successor distribution in nats: an upper bound on the loss a perfect model
   // reaches (lower when two successor slots of a token coincide).
   double EntropyPerToken() const;

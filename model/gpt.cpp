@@ -21,6 +21,26 @@ PrecisionConfig HeadPrecision(const PrecisionConfig& precision) {
 
 }  // namespace
 
+void RestoreChunkStateField(ChunkStateField field, const ChunkState& from, ChunkState* to) {
+  switch (field) {
+    case ChunkStateField::kInputIds:
+      to->input_ids = from.input_ids;
+      return;
+    case ChunkStateField::kPositionIds:
+      to->position_ids = from.position_ids;
+      return;
+    case ChunkStateField::kPaddingMask:
+      to->padding_mask = from.padding_mask;
+      return;
+    case ChunkStateField::kMtpHiddenStates:
+      to->mtp_hidden_states = from.mtp_hidden_states;
+      return;
+    case ChunkStateField::kMhcMultistream:
+      to->mhc_multistream = from.mhc_multistream;
+      return;
+  }
+}
+
 GptModel::GptModel(const ModelConfig& config, const ParallelLayout& layout,
                    const PrecisionConfig& precision, Dispatcher dispatcher, uint64_t seed,
                    double loss_grad_scale, std::shared_ptr<Communicator> comm,
@@ -50,24 +70,46 @@ uint64_t GptModel::DropoutKey(const ChunkState& state, int64_t layer, int64_t si
 }
 
 at::Tensor GptModel::Embed(const at::Tensor& ids) const {
-  return at::embedding(weights_.embedding, ids);
+  at::Tensor embedded = at::embedding(weights_.embedding, ids);
+  return config_.mhc() ? MhcExpand(embedded, config_.mhc_streams) : embedded;
 }
 
 LayerAttentionOutput GptModel::LayerAttention(const LayerWeights& layer, const at::Tensor& x,
                                               const ChunkState& state,
                                               MicrobatchLosses* losses) const {
   const AttentionWeights& a = layer.attention;
+  const int64_t n = config_.mhc_streams;
   LayerAttentionOutput out;
+  // Under mHC the streams are read three times each (mapping, aggregate, update): one Fanout.
+  std::vector<at::Tensor> streams;
+  MhcMapping attention_mhc;
+  at::Tensor attention_input = x;
+  if (config_.mhc()) {
+    streams = ops::Fanout(x, 3);
+    attention_mhc =
+        ComputeMhcMapping(streams[0], layer.attention_mhc, n, config_.mhc_sinkhorn_iterations);
+    attention_input = MhcAggregate(streams[1], attention_mhc.pre, n);
+  }
   at::Tensor attention =
-      ops::CausalSelfAttention(Norm(x, a.norm), a.qkv, a.proj, config_.heads, rope_, precision_,
+      ops::CausalSelfAttention(Norm(attention_input, a.norm), a.qkv, a.proj, config_.heads, rope_,
+                               precision_, state.position_ids, state.padding_mask,
                                config_.attention_dropout, DropoutKey(state, layer.index, 2));
   attention = ops::Dropout(attention, config_.dropout, DropoutKey(state, layer.index, 0));
-  out.residual = x + attention;
+  at::Tensor mlp_input;
+  if (config_.mhc()) {
+    streams = ops::Fanout(MhcUpdate(streams[2], attention, attention_mhc, n), 3);
+    out.mlp_mhc = ComputeMhcMapping(streams[0], layer.mlp_mhc, n, config_.mhc_sinkhorn_iterations);
+    mlp_input = MhcAggregate(streams[1], out.mlp_mhc.pre, n);
+    out.residual = streams[2];
+  } else {
+    out.residual = x + attention;
+    mlp_input = out.residual;
+  }
   if (!layer.is_moe) {
-    out.mlp_input = Norm(out.residual, layer.dense.norm);
+    out.mlp_input = Norm(mlp_input, layer.dense.norm);
     return out;
   }
-  at::Tensor tokens = Norm(out.residual, layer.moe.norm).reshape({-1, config_.hidden});
+  at::Tensor tokens = Norm(mlp_input, layer.moe.norm).reshape({-1, config_.hidden});
   RouterResult routing =
       Route(tokens, layer.moe.router, config_.topk, config_.aux_loss_coeff, loss_grad_scale_,
             /*attach_aux_scaler=*/!bugs_.aux_loss_in_objective);
@@ -90,18 +132,31 @@ at::Tensor GptModel::LayerExperts(const LayerWeights& layer, const DispatchPaylo
 
 at::Tensor GptModel::LayerCombine(const LayerWeights& layer, const at::Tensor& mlp_rows,
                                   const at::Tensor& residual, const RoutingPlan* plan,
-                                  const ChunkState& state) const {
-  at::Tensor mlp = plan ? UnpermuteTokens(mlp_rows, *plan).view(residual.sizes()) : mlp_rows;
-  mlp = ops::Dropout(mlp, config_.dropout, DropoutKey(state, layer.index, 1));
-  return residual + mlp;
+                                  const ChunkState& state, const MhcMapping* mhc) const {
+  return LayerResidual(residual, LayerMlpOutput(layer, mlp_rows, plan, state), mhc);
+}
+
+at::Tensor GptModel::LayerMlpOutput(const LayerWeights& layer, const at::Tensor& mlp_rows,
+                                    const RoutingPlan* plan, const ChunkState& state) const {
+  const at::Tensor& ids = state.input_ids;
+  at::Tensor mlp =
+      plan ? UnpermuteTokens(mlp_rows, *plan).view({ids.size(0), ids.size(1), config_.hidden})
+           : mlp_rows;
+  return ops::Dropout(mlp, config_.dropout, DropoutKey(state, layer.index, 1));
+}
+
+at::Tensor GptModel::LayerResidual(const at::Tensor& residual, const at::Tensor& mlp,
+                                   const MhcMapping* mhc) const {
+  return mhc ? MhcUpdate(residual, mlp, *mhc, config_.mhc_streams) : residual + mlp;
 }
 
 at::Tensor GptModel::DecoderLayer(const LayerWeights& layer, const at::Tensor& x,
                                   const ChunkState& state, MicrobatchLosses* losses) const {
   LayerAttentionOutput attention = LayerAttention(layer, x, state, losses);
+  const MhcMapping* mhc = config_.mhc() ? &attention.mlp_mhc : nullptr;
   if (!layer.is_moe) {
     return LayerCombine(layer, LayerDenseMlp(layer, attention.mlp_input), attention.residual,
-                        nullptr, state);
+                        nullptr, state, mhc);
   }
   const RoutingPlan& plan = *attention.plan;
   Communicator* comm = comm_.get();
@@ -116,24 +171,58 @@ at::Tensor GptModel::DecoderLayer(const LayerWeights& layer, const at::Tensor& x
   }
   at::Tensor rows = LayerExperts(layer, received, plan);
   at::Tensor returned = AllToAllWithGrad(rows, comm, plan.recv_splits, plan.send_splits);
-  return LayerCombine(layer, returned, attention.residual, &plan, state);
+  return LayerCombine(layer, returned, attention.residual, &plan, state, mhc);
 }
 
-at::Tensor GptModel::FinalNorm(const at::Tensor& x) const { return Norm(x, weights_.final_norm); }
+at::Tensor GptModel::FinalNorm(const at::Tensor& x) const {
+  if (!config_.mhc()) return Norm(x, weights_.final_norm);
+  return Norm(MhcContract(x, weights_.mhc_head, config_.mhc_streams), weights_.final_norm);
+}
+
+DecoderOutput GptModel::SplitDecoderOutput(const at::Tensor& x) const {
+  DecoderOutput out;
+  if (config_.mhc() && config_.mtp_layers > 0) {
+    std::vector<at::Tensor> copies = ops::Fanout(x, 2);
+    out.main = FinalNorm(copies[0]);
+    out.mtp_input = copies[1];
+    return out;
+  }
+  out.main = FinalNorm(x);
+  out.mtp_input = out.main;
+  return out;
+}
 
 at::Tensor GptModel::MtpEmbedding(ChunkState* state) const {
+  const int64_t b = state->input_ids.size(0), s = state->input_ids.size(1);
+  const at::TensorOptions options = state->input_ids.options();
+  at::Tensor positions = state->position_ids.defined()
+                             ? state->position_ids
+                             : at::arange(s, options).unsqueeze(0).expand({b, s}).contiguous();
+  at::Tensor padded = state->padding_mask.defined() ? state->padding_mask
+                                                    : at::zeros({b, s}, options.dtype(at::kBool));
   state->input_ids = ops::RollLeft(state->input_ids, 1, 0);
-  return Embed(state->input_ids);
+  state->position_ids = ops::RollLeft(positions, 1, 0);
+  state->padding_mask = ops::RollLeft(padded, 1, 1);
+  return at::embedding(weights_.embedding, state->input_ids);
 }
 
 at::Tensor GptModel::MtpPrologue(const MtpWeights& mtp, const at::Tensor& embedding,
                                  const at::Tensor& hidden) const {
+  if (config_.mhc()) {
+    const int64_t b = hidden.size(0), s = hidden.size(1), h = config_.hidden;
+    const int64_t n = config_.mhc_streams;
+    at::Tensor e = ops::Linear(Norm(embedding, mtp.enorm), mtp.e_proj, precision_);
+    at::Tensor per_stream =
+        ops::Linear(Norm(hidden.view({b, s, n, h}), mtp.hnorm), mtp.h_proj, precision_);
+    return (per_stream + e.unsqueeze(2)).reshape({b, s, n * h});
+  }
   at::Tensor joined = at::cat({Norm(embedding, mtp.enorm), Norm(hidden, mtp.hnorm)}, -1);
   return ops::Linear(joined, mtp.eh_proj, precision_);
 }
 
 at::Tensor GptModel::MtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x) const {
-  return Norm(x, mtp.final_norm);
+  if (!config_.mhc()) return Norm(x, mtp.final_norm);
+  return Norm(MhcContract(x, mtp.mhc_head, config_.mhc_streams), mtp.final_norm);
 }
 
 void GptModel::PostProcess(const at::Tensor& main_hidden, const std::vector<at::Tensor>& mtp_hidden,

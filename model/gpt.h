@@ -16,6 +16,7 @@
 #include "core/communicator.h"
 #include "core/rank_context.h"
 #include "core/recipe.h"
+#include "model/chunk_state_field.h"
 #include "model/injected_bugs.h"
 #include "model/moe.h"
 #include "model/ops.h"
@@ -23,15 +24,34 @@
 
 namespace bitparity {
 
-// One microbatch's inputs plus the state its forward mutates (Megatron's ModelChunkState).
+// One microbatch's inputs plus the state its forward mutates (Megatron's ModelChunkState). The
+// mutable fields (model/chunk_state_field.h) are what a recompute replay must see as they were when
+// the replayed forward first ran: every segment snapshot captures and restores all of them.
 struct ChunkState {
   int64_t iteration = 0;   // 1-based
   int64_t microbatch = 0;  // index among this rank's microbatches
-  at::Tensor input_ids;    // [b, s] int64; rolled left by one per MTP depth entered
-  at::Tensor labels;       // [b, s] int64
-  at::Tensor loss_mask;    // [b, s] fp32
+  at::Tensor input_ids;    // [b, s] int64; rolled left by one per MTP depth entered (fill 0)
+  // [b, s] int64, the rotary position of each token: 0, 1, ... within its sample, 0 on padding;
+  // rolled with input_ids (fill 0). Undefined: every row is 0 .. s-1 (no padding, no MTP yet).
+  at::Tensor position_ids;
+  // [b, s] bool, true on a padded token (attention skips it as a key); rolled with input_ids
+  // (fill true). Undefined: nothing is padded.
+  at::Tensor padding_mask;
+  at::Tensor labels;                          // [b, s] int64
+  at::Tensor loss_mask;                       // [b, s] fp32, 0 on padding
   std::vector<at::Tensor> mtp_hidden_states;  // hidden states that feed the MTP losses
+  // Under mHC with MTP: the last decoder layer's streams, detached where they are made (the
+  // overlap arm's one cross-layer bridge) and read by the MTP depth; cleared by the last MTP
+  // post-process.
+  at::Tensor mhc_multistream;
+  // The bridge leaf an MTP pass read, parked with the gradient its backward leaves on it, until
+  // a replay of the producer installs a new leaf and takes the gradient over. Not a snapshot
+  // field: it must survive the replays.
+  at::Tensor mhc_grad_carrier;
 };
+
+// Copies `field` of `from` into `to`.
+void RestoreChunkStateField(ChunkStateField field, const ChunkState& from, ChunkState* to);
 
 // Loss values of one microbatch. Aux losses are keyed by layer so that a recompute replay
 // overwrites the value recorded by the first pass instead of counting it twice.
@@ -46,10 +66,18 @@ struct MicrobatchLosses {
 
 // The attention piece of a layer and what it hands to the rest of the layer.
 struct LayerAttentionOutput {
-  at::Tensor residual;                      // x + attention(norm(x)), [b, s, h]
+  // x + attention(norm(x)), [b, s, h]; under mHC the streams after the attention sublayer.
+  at::Tensor residual;
   at::Tensor mlp_input;                     // dense layers: the pre-MLP norm output [b, s, h]
   DispatchPayload payload;                  // MoE layers: what the dispatch all-to-all sends
   std::shared_ptr<const RoutingPlan> plan;  // MoE layers: this microbatch's routing metadata
+  MhcMapping mlp_mhc;                       // under mHC: the MLP sublayer's mapping
+};
+
+// The last decoder layer's output as its consumers take it.
+struct DecoderOutput {
+  at::Tensor main;       // final-normed (under mHC contracted first): the main loss's input
+  at::Tensor mtp_input;  // the MTP depth's hidden input: `main`, or under mHC the streams
 };
 
 class GptModel {
@@ -74,7 +102,8 @@ class GptModel {
   double loss_grad_scale() const { return loss_grad_scale_; }
   at::ScalarType compute_dtype() const { return store_.compute_dtype(); }
 
-  // Pre-process: token embedding, [b, s] -> [b, s, h].
+  // Pre-process: token embedding, [b, s] -> [b, s, h] (under mHC copied onto the streams,
+  // [b, s, n * h]).
   at::Tensor Embed(const at::Tensor& ids) const;
 
   // attn: norm, attention, dropout, residual, pre-MLP norm and, for MoE layers, router and local
@@ -85,22 +114,36 @@ class GptModel {
   at::Tensor LayerDenseMlp(const LayerWeights& layer, const at::Tensor& mlp_input) const;
   at::Tensor LayerExperts(const LayerWeights& layer, const DispatchPayload& received,
                           const RoutingPlan& plan) const;
-  // combine epilogue: unpermute (MoE), dropout, residual add -> the layer output [b, s, h].
+  // combine epilogue: unpermute (MoE), dropout, residual add -> the layer output [b, s, h]
+  // (under mHC the streams, with `mhc` the MLP sublayer's mapping). The two halves:
   at::Tensor LayerCombine(const LayerWeights& layer, const at::Tensor& mlp_rows,
                           const at::Tensor& residual, const RoutingPlan* plan,
-                          const ChunkState& state) const;
+                          const ChunkState& state, const MhcMapping* mhc = nullptr) const;
+  // unpermute (MoE) and dropout -> the MLP sublayer's output [b, s, h];
+  at::Tensor LayerMlpOutput(const LayerWeights& layer, const at::Tensor& mlp_rows,
+                            const RoutingPlan* plan, const ChunkState& state) const;
+  // the residual add, or under mHC the streams' update (the overlap arm's mhc_post node).
+  at::Tensor LayerResidual(const at::Tensor& residual, const at::Tensor& mlp,
+                           const MhcMapping* mhc) const;
 
   // The whole layer as one differentiable function, all-to-alls blocking.
   at::Tensor DecoderLayer(const LayerWeights& layer, const at::Tensor& x, const ChunkState& state,
                           MicrobatchLosses* losses) const;
 
+  // The decoder's final norm (under mHC after the streams' contraction).
   at::Tensor FinalNorm(const at::Tensor& x) const;
+  // The last decoder layer's output for the main loss and for MTP: under mHC with MTP the streams
+  // go to both (one Fanout), otherwise the final-normed output does.
+  DecoderOutput SplitDecoderOutput(const at::Tensor& x) const;
 
-  // MTP depth d: rolls state->input_ids left by one and embeds the result.
+  // MTP depth d: rolls state->input_ids, position_ids and padding_mask left by one (filling 0, 0
+  // and padded) and embeds the rolled ids.
   at::Tensor MtpEmbedding(ChunkState* state) const;
-  // MTP depth d before its transformer layer: eh_proj(cat(enorm(embedding), hnorm(hidden))).
+  // MTP depth d before its transformer layer: eh_proj(cat(enorm(embedding), hnorm(hidden))), or
+  // under mHC per stream e_proj(enorm(embedding)) + h_proj(hnorm(stream)).
   at::Tensor MtpPrologue(const MtpWeights& mtp, const at::Tensor& embedding,
                          const at::Tensor& hidden) const;
+  // The depth's final norm (under mHC after the streams' contraction).
   at::Tensor MtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x) const;
 
   // Post-process: the shared output head on the main hidden states and on each MTP depth's

@@ -9,6 +9,8 @@
 // overlap arm turns its share into a different plan (overlap_impl/faulty_plans.h) or a fault of
 // its own (overlap_impl/stale_routing_fault.h).
 
+#include "model/chunk_state_field.h"
+
 namespace bitparity {
 
 // The model's share, in both arms.
@@ -21,14 +23,20 @@ struct ModelBugs {
 
 // The overlap arm's share.
 struct OverlapBugs {
-  bool stale_routing_metadata = false;    // unpermute backward reads a per-layer shared plan
-  bool skip_snapshot_restore = false;     // a replay does not restore the chunk-state snapshot
+  bool stale_routing_metadata = false;  // unpermute backward reads a per-layer shared plan
+  bool skip_snapshot_restore = false;   // a replay restores no field of the chunk-state snapshot
+  // A replay restores every field of the snapshot but these (switch snapshot_skips_<field>).
+  ChunkStateFieldFlags snapshot_skips = {};
   bool mtp_post_outside_segment = false;  // mtp_post_process left out of the recompute scope
   bool flush_per_backward_call = false;   // main-grad flush after every node backward call
+  // The mHC bridge's gradient taken from the cleared chunk-state field, not the parked carrier.
+  bool mhc_bridge_from_chunk_state = false;
 
   bool any() const {
-    return stale_routing_metadata || skip_snapshot_restore || mtp_post_outside_segment ||
-           flush_per_backward_call;
+    bool skips = false;
+    for (bool skip : snapshot_skips) skips = skips || skip;
+    return stale_routing_metadata || skip_snapshot_restore || skips || mtp_post_outside_segment ||
+           flush_per_backward_call || mhc_bridge_from_chunk_state;
   }
 };
 

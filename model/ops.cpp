@@ -63,6 +63,24 @@ class AuxLossScaler : public torch::autograd::Function<AuxLossScaler> {
   }
 };
 
+class FanoutFunction : public torch::autograd::Function<FanoutFunction> {
+ public:
+  static variable_list forward(AutogradContext*, const at::Tensor& x, int64_t count) {
+    variable_list copies;
+    for (int64_t i = 0; i < count; ++i) copies.push_back(x.clone());
+    return copies;
+  }
+
+  static variable_list backward(AutogradContext*, variable_list grads) {
+    at::Tensor sum;
+    for (const at::Tensor& g : grads) {
+      if (!g.defined()) continue;
+      sum = sum.defined() ? sum + g : g;
+    }
+    return {sum, at::Tensor()};
+  }
+};
+
 // Every element replaced by the value its FP8 code stands for, with blocks of
 // block_rows x block_cols along a [rows, cols] matrix; returned in bf16 (exact there). On the
 // CPU the software emulation of core/fp8.h; elsewhere the tensor quantizer of core/fp8_tensor.h,
@@ -267,19 +285,32 @@ RopeTables MakeRopeTables(int64_t seq_len, int64_t head_dim, double theta,
 
 at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight,
                                const at::Tensor& proj_weight, int64_t heads, const RopeTables& rope,
-                               const PrecisionConfig& precision, double attention_dropout,
+                               const PrecisionConfig& precision, const at::Tensor& position_ids,
+                               const at::Tensor& padding_mask, double attention_dropout,
                                uint64_t dropout_key) {
   const int64_t b = x.size(0), s = x.size(1), h = x.size(2), d = h / heads;
   at::Tensor qkv = Linear(x, qkv_weight, precision).view({b, s, 3, heads, d});
   std::vector<at::Tensor> parts = qkv.permute({2, 0, 3, 1, 4}).unbind(0);
-  at::Tensor q = ApplyRope(parts[0], rope);
-  at::Tensor k = ApplyRope(parts[1], rope);
+  RopeTables positioned = rope;
+  if (position_ids.defined()) {
+    // Each token's row, broadcast over the heads: [b, 1, s, d / 2].
+    const at::Tensor rows = position_ids.reshape({-1});
+    positioned.cos = rope.cos.index_select(0, rows).view({b, 1, s, d / 2});
+    positioned.sin = rope.sin.index_select(0, rows).view({b, 1, s, d / 2});
+  }
+  at::Tensor q = ApplyRope(parts[0], positioned);
+  at::Tensor k = ApplyRope(parts[1], positioned);
   // Scaling and masking work in place on the fp32 scores: neither backward needs the values
   // they overwrite, and the [b, heads, s, s] temporaries are the largest of a layer.
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).to(at::kFloat);
   scores.mul_(1.0 / std::sqrt(static_cast<double>(d)));
   at::Tensor causal = at::ones({s, s}, scores.options().dtype(at::kBool)).triu(1);
   scores.masked_fill_(causal, -std::numeric_limits<float>::infinity());
+  if (padding_mask.defined()) {
+    // A query row always keeps key 0 (a sample is at least one token long), so no row is all
+    // -inf.
+    scores.masked_fill_(padding_mask.view({b, 1, 1, s}), -std::numeric_limits<float>::infinity());
+  }
   at::Tensor probs;
   if (torch::GradMode::is_enabled()) {
     probs = at::softmax(scores, -1).to(x.scalar_type());
@@ -337,6 +368,10 @@ at::Tensor RollLeft(const at::Tensor& t, int64_t shift, double fill) {
   if (shift >= s) return at::full_like(t, fill);
   at::Tensor tail = at::full({t.size(0), shift}, fill, t.options());
   return at::cat({t.narrow(1, shift, s - shift), tail}, 1);
+}
+
+std::vector<at::Tensor> Fanout(const at::Tensor& x, int64_t count) {
+  return FanoutFunction::apply(x, count);
 }
 
 at::Tensor AttachAuxLoss(const at::Tensor& probs, const at::Tensor& aux_loss, double grad_scale) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/recipe.h"
 
@@ -48,11 +49,16 @@ RopeTables MakeRopeTables(int64_t seq_len, int64_t head_dim, double theta,
 
 // Causal multi-head self-attention with rotary positions and an unfused softmax in fp32.
 // x: [b, s, h] already normalized; returns [b, s, h] before the output projection's residual.
-// `attention_dropout` drops attention probabilities with the mask of `dropout_key`.
+// `position_ids` ([b, s] int64) picks each token's row of the rotary tables (undefined: row t
+// for token t; the same bits as the same positions given explicitly); keys where
+// `padding_mask` ([b, s] bool) is true are skipped (undefined: none). `attention_dropout` drops
+// attention probabilities with the mask of `dropout_key`.
 at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight,
                                const at::Tensor& proj_weight, int64_t heads, const RopeTables& rope,
-                               const PrecisionConfig& precision, double attention_dropout = 0.0,
-                               uint64_t dropout_key = 0);
+                               const PrecisionConfig& precision,
+                               const at::Tensor& position_ids = at::Tensor(),
+                               const at::Tensor& padding_mask = at::Tensor(),
+                               double attention_dropout = 0.0, uint64_t dropout_key = 0);
 
 // fc2(silu(gate) * up) with [gate; up] = fc1(x). When `probs` is defined (one per row), the
 // SwiGLU output is scaled by it in fp32 before fc2, as Megatron's weighted experts do.
@@ -83,6 +89,12 @@ at::Tensor MaskedCrossEntropy(const at::Tensor& logits, const at::Tensor& labels
 
 // Shifts [b, s] left along the sequence by `shift`, filling the tail with `fill`.
 at::Tensor RollLeft(const at::Tensor& t, int64_t shift, double fill);
+
+// `count` copies of `x` for `count` consumers, as one autograd node whose backward sums the
+// copies' gradients in copy order (an undefined one is skipped): the explicit accumulation order
+// where three or more gradient contributions meet (ordinary autograd would add them in an order
+// of its own, which differs between one graph and node-by-node backward).
+std::vector<at::Tensor> Fanout(const at::Tensor& x, int64_t count);
 
 // Identity on `probs` in forward; in backward also emits `grad_scale` as the gradient of
 // `aux_loss`, so the load-balancing loss trains the router without being added to the loss

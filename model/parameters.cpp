@@ -49,6 +49,12 @@ at::Tensor ParameterStore::AddFp32(const std::string& name, std::vector<int64_t>
   return Register(name, master, /*is_expert=*/false, /*keep_fp32=*/true);
 }
 
+at::Tensor ParameterStore::AddFp32Constant(const std::string& name, std::vector<int64_t> shape,
+                                           double value) {
+  return Register(name, at::full(shape, value, at::kFloat), /*is_expert=*/false,
+                  /*keep_fp32=*/true);
+}
+
 void ParameterStore::ZeroMainGrads() {
   for (Parameter& p : params_) p.main_grad.zero_();
 }
@@ -72,6 +78,30 @@ void ParameterStore::RefreshWeightsFromMasters() {
 
 namespace {
 
+// The mapping of one sublayer: Xavier-normal projection, gates at the gating factor, zero bias.
+MhcWeights BuildMhc(const ModelConfig& c, ParameterStore* store, const std::string& prefix) {
+  const int64_t n = c.mhc_streams, rows = n * n + 2 * n, cols = n * c.hidden;
+  MhcWeights w;
+  w.mapping = store->AddFp32(prefix + ".mapping", {rows, cols},
+                             std::sqrt(2.0 / static_cast<double>(rows + cols)));
+  w.alpha_pre = store->AddFp32Constant(prefix + ".alpha_pre", {1}, c.mhc_init_gating_factor);
+  w.alpha_post = store->AddFp32Constant(prefix + ".alpha_post", {1}, c.mhc_init_gating_factor);
+  w.alpha_res = store->AddFp32Constant(prefix + ".alpha_res", {1}, c.mhc_init_gating_factor);
+  w.bias = store->AddFp32Constant(prefix + ".bias", {rows}, 0.0);
+  return w;
+}
+
+// The block exit's contraction: Xavier-normal projection, scale at the gating factor, zero base.
+MhcContractWeights BuildMhcContract(const ModelConfig& c, ParameterStore* store,
+                                    const std::string& prefix) {
+  const int64_t n = c.mhc_streams, cols = n * c.hidden;
+  MhcContractWeights w;
+  w.fn = store->AddFp32(prefix + ".fn", {n, cols}, std::sqrt(2.0 / static_cast<double>(n + cols)));
+  w.base = store->AddFp32Constant(prefix + ".base", {n}, 0.0);
+  w.scale = store->AddFp32Constant(prefix + ".scale", {1}, c.mhc_init_gating_factor);
+  return w;
+}
+
 LayerWeights BuildLayer(const ModelConfig& c, const ParallelLayout& layout, ParameterStore* store,
                         const std::string& prefix, int64_t index, bool is_moe) {
   using Init = ParameterStore::Init;
@@ -85,6 +115,10 @@ LayerWeights BuildLayer(const ModelConfig& c, const ParallelLayout& layout, Para
   w.attention.qkv =
       store->Add(prefix + ".attention.qkv", {3 * h, h}, Init::kNormal, c.init_std, false);
   w.attention.proj = store->Add(prefix + ".attention.proj", {h, h}, Init::kNormal, out_std, false);
+  if (c.mhc()) {
+    w.attention_mhc = BuildMhc(c, store, prefix + ".attention.mhc");
+    w.mlp_mhc = BuildMhc(c, store, prefix + ".mlp.mhc");
+  }
   if (!is_moe) {
     w.dense.norm = store->Add(prefix + ".mlp.norm", {h}, Init::kOnes, 0, false);
     w.dense.fc1 = store->Add(prefix + ".mlp.fc1", {2 * c.ffn, h}, Init::kNormal, c.init_std, false);
@@ -129,16 +163,26 @@ GptWeights BuildGptWeights(const ModelConfig& c, const ParallelLayout& layout,
       w.layers[static_cast<size_t>(l)] =
           BuildLayer(c, layout, store, "layers." + std::to_string(l), l, c.layer_is_moe(l));
     }
-    if (stage.final_norm)
+    if (stage.final_norm) {
+      if (c.mhc()) w.mhc_head = BuildMhcContract(c, store, "mhc_head");
       w.final_norm = store->Add("final_norm", {c.hidden}, Init::kOnes, 0, false);
+    }
     for (int64_t d = stage.first_mtp; d < stage.first_mtp + stage.mtp_layers; ++d) {
       const std::string prefix = "mtp." + std::to_string(d);
       MtpWeights m;
       m.enorm = store->Add(prefix + ".enorm", {c.hidden}, Init::kOnes, 0, false);
       m.hnorm = store->Add(prefix + ".hnorm", {c.hidden}, Init::kOnes, 0, false);
-      m.eh_proj = store->Add(prefix + ".eh_proj", {c.hidden, 2 * c.hidden}, Init::kNormal,
-                             c.init_std, false);
+      if (c.mhc()) {
+        m.e_proj =
+            store->Add(prefix + ".e_proj", {c.hidden, c.hidden}, Init::kNormal, c.init_std, false);
+        m.h_proj =
+            store->Add(prefix + ".h_proj", {c.hidden, c.hidden}, Init::kNormal, c.init_std, false);
+      } else {
+        m.eh_proj = store->Add(prefix + ".eh_proj", {c.hidden, 2 * c.hidden}, Init::kNormal,
+                               c.init_std, false);
+      }
       m.layer = BuildLayer(c, layout, store, prefix + ".layer", c.layers + d, c.mtp_is_moe());
+      if (c.mhc()) m.mhc_head = BuildMhcContract(c, store, prefix + ".mhc_head");
       m.final_norm = store->Add(prefix + ".final_norm", {c.hidden}, Init::kOnes, 0, false);
       w.mtp[static_cast<size_t>(d)] = m;
     }

@@ -15,6 +15,7 @@
 
 #include "core/rank_context.h"
 #include "core/recipe.h"
+#include "model/mhc.h"
 
 namespace bitparity {
 
@@ -45,6 +46,8 @@ class ParameterStore {
                  bool is_expert);
   // Same, but the weight stays fp32 whatever the compute dtype (e.g. the router).
   at::Tensor AddFp32(const std::string& name, std::vector<int64_t> shape, double std);
+  // An fp32 weight whose every element starts at `value` (mHC's gates and biases).
+  at::Tensor AddFp32Constant(const std::string& name, std::vector<int64_t> shape, double value);
   // The pipeline stage the parameters added from now on belong to.
   void set_stage(int64_t stage) { stage_ = stage; }
 
@@ -101,14 +104,19 @@ struct LayerWeights {
   AttentionWeights attention;
   DenseMlpWeights dense;
   MoeWeights moe;
+  MhcWeights attention_mhc;  // under mHC: the mapping around the attention sublayer
+  MhcWeights mlp_mhc;        // and around the MLP sublayer
 };
 
 struct MtpWeights {
   at::Tensor enorm;    // [h] norm of the shifted-token embedding
   at::Tensor hnorm;    // [h] norm of the previous hidden states
-  at::Tensor eh_proj;  // [h, 2h]
+  at::Tensor eh_proj;  // [h, 2h]; under mHC undefined, and per stream:
+  at::Tensor e_proj;   // [h, h] on the normed embedding
+  at::Tensor h_proj;   // [h, h] on each normed stream, added to e_proj's output
   LayerWeights layer;
-  at::Tensor final_norm;  // [h]
+  MhcContractWeights mhc_head;  // under mHC: the streams' contraction before final_norm
+  at::Tensor final_norm;        // [h]
 };
 
 // The weights this rank holds, by their place in the whole model: with pipeline parallelism the
@@ -117,8 +125,9 @@ struct MtpWeights {
 struct GptWeights {
   at::Tensor embedding;  // [vocab, h]; on the first stage, and copied on an MTP stage
   std::vector<LayerWeights> layers;
-  at::Tensor final_norm;  // [h]
-  at::Tensor head;        // [vocab, h], untied from the embedding
+  MhcContractWeights mhc_head;  // under mHC: the decoder streams' contraction before final_norm
+  at::Tensor final_norm;        // [h]
+  at::Tensor head;              // [vocab, h], untied from the embedding
   std::vector<MtpWeights> mtp;
 };
 

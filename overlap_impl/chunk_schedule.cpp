@@ -87,6 +87,10 @@ at::Tensor LayerSchedule::Run(const NodeOp& op, at::Tensor grad) {
     case NodeKind::kCombineEpilogue:
       FinishCombine(op.phase);
       return grad;
+    case NodeKind::kMhcPost:
+      if (backward) return MhcPostBackward(grad);
+      MhcPostForward(op.phase);
+      return grad;
     case NodeKind::kMtpPostProcess:
       if (backward) return MtpPostProcessBackward(grad);
       MtpPostProcessForward(op.phase);
@@ -137,6 +141,7 @@ void LayerSchedule::SetForwardNoGrad(bool no_grad) {
   attn_.set_forward_no_grad(no_grad);
   mlp_.set_forward_no_grad(no_grad);
   combine_.set_forward_no_grad(no_grad);
+  mhc_post_.set_forward_no_grad(no_grad);
   mtp_post_.set_forward_no_grad(no_grad && context_->plan->mtp_post_process_in_segment);
 }
 
@@ -155,17 +160,35 @@ void LayerSchedule::AttnForward(const at::Tensor& input, Phase phase) {
   ChunkState& state = chunk_->state();
   MicrobatchLosses* losses = &chunk_->losses();
   const bool first_mtp = mtp_ && layer_ == chunk_->plan().decoder_layers();
+  const bool mhc = context_->plan->mhc;
+  if (mtp_ && mhc && !attn_.forward_no_grad()) {
+    // The bridge: the streams the producer detached. A pass with grad parks the leaf it reads,
+    // so that the gradient its backward leaves there survives a replay of the producer (which
+    // installs a new leaf) and the last MTP post-process (which clears the field).
+    if (!state.mhc_multistream.defined()) {
+      throw std::logic_error("overlap plan: MTP layer " + chunk_->plan().LayerName(layer_) +
+                             " (microbatch " + std::to_string(state.microbatch) +
+                             ") runs without the decoder's mHC streams in its chunk state");
+    }
+    if (!state.mhc_multistream.requires_grad()) state.mhc_multistream.requires_grad_(true);
+    state.mhc_grad_carrier = state.mhc_multistream;
+  }
   attn_.Forward({input}, [&](ComputeNode& node, const std::vector<at::Tensor>& in) {
     at::Tensor x = in[0];
     if (mtp_) {
       // The MTP depth's prologue joins attn; its input (the decoder output) also feeds the
-      // main loss, through mtp_hidden_states and mtp_post_process's concatenation.
+      // main loss, through mtp_hidden_states and mtp_post_process's concatenation. Under mHC the
+      // depth reads the decoder's streams from the bridge instead.
       if (first_mtp) state.mtp_hidden_states = {in[0]};
       at::Tensor embedding = model->MtpEmbedding(&state);
-      x = model->MtpPrologue(*mtp_weights_, embedding, in[0]);
+      x = model->MtpPrologue(*mtp_weights_, embedding, mhc ? state.mhc_multistream : in[0]);
     }
     LayerAttentionOutput out = model->LayerAttention(*weights_, x, state, losses);
     residual_ = node.DetachSide(out.residual);
+    if (mhc) {
+      mlp_mhc_.res = node.DetachSide(out.mlp_mhc.res);
+      mlp_mhc_.post = node.DetachSide(out.mlp_mhc.post);
+    }
     if (!moe_) return std::vector<at::Tensor>{out.mlp_input};
     routing_ = out.plan;
     if (context_->stale_routing) context_->stale_routing->Remember(weights_->index, out.plan);
@@ -217,6 +240,16 @@ void LayerSchedule::FinishCombine(Phase phase) {
   const int64_t begin = SteadyNanoseconds();
   GptModel* model = context_->model;
   const ChunkState& state = chunk_->state();
+  if (context_->plan->mhc) {
+    // The unpermute and the dropout; the streams' update is mhc_post's.
+    combine_.Forward({rows}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
+      return std::vector<at::Tensor>{
+          model->LayerMlpOutput(*weights_, in[0], routing_.get(), state)};
+    });
+    Record("moe_combine", phase, begin);
+    mhc_post_pending_ = true;
+    return;
+  }
   combine_.Forward({rows}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
     at::Tensor out;
     if (routing_ && context_->stale_routing) {
@@ -230,14 +263,59 @@ void LayerSchedule::FinishCombine(Phase phase) {
     return std::vector<at::Tensor>{out};
   });
   Record("moe_combine", phase, begin);
+  FinishLayer(combine_.outputs()[0], combine_.forward_no_grad());
+}
+
+void LayerSchedule::FinishLayer(const at::Tensor& out, bool no_grad) {
   // The tail of a recompute segment hands a grad-requiring tensor to its consumer, so that the
   // consumer's backward returns the gradient the replayed segment starts from.
-  output_ = combine_.outputs()[0];
-  const bool combine_ends_segment = !mtp_ || !context_->plan->mtp_post_process_in_segment;
-  if (segment_tail_ && combine_ends_segment && combine_.forward_no_grad()) {
-    output_.requires_grad_(true);
-  }
+  output_ = out;
+  const bool layer_ends_segment = !mtp_ || !context_->plan->mtp_post_process_in_segment;
+  if (segment_tail_ && layer_ends_segment && no_grad) output_.requires_grad_(true);
   if (!mtp_) ReleaseRecomputed();  // a no-grad layer's nodes are of no further use
+}
+
+void LayerSchedule::MhcPostForward(Phase phase) {
+  if (!mhc_post_pending_) {
+    throw std::logic_error("overlap plan: mhc_post of layer " + chunk_->plan().LayerName(layer_) +
+                           " (microbatch " + std::to_string(chunk_->state().microbatch) +
+                           ") before its combine epilogue");
+  }
+  mhc_post_pending_ = false;
+  const int64_t begin = SteadyNanoseconds();
+  GptModel* model = context_->model;
+  const bool bridge = last_decoder_ && model->config().mtp_layers > 0;
+  mhc_post_.Forward({combine_.outputs()[0]},
+                    [&](ComputeNode& node, const std::vector<at::Tensor>& in) {
+                      at::Tensor out = model->LayerResidual(residual_, in[0], &mlp_mhc_);
+                      if (!last_decoder_) return std::vector<at::Tensor>{out};
+                      const DecoderOutput decoder = model->SplitDecoderOutput(out);
+                      if (bridge) InstallBridge(node.DetachSide(decoder.mtp_input));
+                      return std::vector<at::Tensor>{decoder.main};
+                    });
+  Record("mhc_post", phase, begin);
+  FinishLayer(mhc_post_.outputs()[0], mhc_post_.forward_no_grad());
+}
+
+void LayerSchedule::InstallBridge(const at::Tensor& leaf) {
+  ChunkState& state = chunk_->state();
+  // The seed's bug, in a faulty plan: the old leaf looked up where the last MTP post-process
+  // cleared it.
+  at::Tensor& parked =
+      context_->plan->mhc_bridge_parks_gradient ? state.mhc_grad_carrier : state.mhc_multistream;
+  if (parked.defined() && !parked.is_same(leaf) && parked.grad().defined() &&
+      leaf.requires_grad()) {
+    leaf.mutable_grad() = parked.grad();
+    parked = at::Tensor();
+  }
+  state.mhc_multistream = leaf;
+}
+
+at::Tensor LayerSchedule::MhcPostBackward(const at::Tensor& grad) {
+  const int64_t begin = SteadyNanoseconds();
+  at::Tensor g = mhc_post_.Backward({grad})[0];
+  Record("mhc_post", Phase::kBackward, begin);
+  return g;
 }
 
 void LayerSchedule::MtpPostProcessForward(Phase phase) {
@@ -251,6 +329,7 @@ void LayerSchedule::MtpPostProcessForward(Phase phase) {
     if (!last) return std::vector<at::Tensor>{normed};
     at::Tensor joined = at::cat(state.mtp_hidden_states, 0);
     state.mtp_hidden_states.clear();
+    state.mhc_multistream = at::Tensor();  // as Megatron's last MTP post-process does
     return std::vector<at::Tensor>{joined};
   });
   Record("mtp_post_process", phase, begin);
@@ -260,7 +339,7 @@ void LayerSchedule::MtpPostProcessForward(Phase phase) {
 }
 
 const at::Tensor& LayerSchedule::Output() {
-  if (combine_pending_) {
+  if (combine_pending_ || mhc_post_pending_) {
     throw std::logic_error("overlap plan: layer " + chunk_->plan().LayerName(layer_) +
                            " (microbatch " + std::to_string(chunk_->state().microbatch) +
                            ")'s output is needed before its combine epilogue ran");
@@ -306,10 +385,13 @@ void LayerSchedule::Release() {
   mlp_.Release();
   combine_comm_.Release();
   combine_.Release();
+  mhc_post_.Release();
   mtp_post_.Release();
   routing_.reset();
   residual_ = at::Tensor();
+  mlp_mhc_ = MhcMapping();
   combine_pending_ = false;
+  mhc_post_pending_ = false;
   mlp_input_grads_.clear();
   output_ = at::Tensor();
 }
@@ -321,17 +403,21 @@ void LayerSchedule::ReleaseRecomputed() {
     mlp_.Release();
     combine_comm_.Release();
     combine_.Release();
+    mhc_post_.Release();
     routing_.reset();
     residual_ = at::Tensor();
+    mlp_mhc_ = MhcMapping();
     combine_pending_ = false;
+    mhc_post_pending_ = false;
   }
   if (mtp_post_.forward_no_grad()) mtp_post_.Release();
 }
 
 bool LayerSchedule::holds_tensors() const {
   return attn_.holds_tensors() || dispatch_.holds_tensors() || mlp_.holds_tensors() ||
-         combine_comm_.holds_tensors() || combine_.holds_tensors() || mtp_post_.holds_tensors() ||
-         routing_ || residual_.defined() || !mlp_input_grads_.empty() || output_.defined();
+         combine_comm_.holds_tensors() || combine_.holds_tensors() || mhc_post_.holds_tensors() ||
+         mtp_post_.holds_tensors() || routing_ || residual_.defined() || mlp_mhc_.res.defined() ||
+         !mlp_input_grads_.empty() || output_.defined();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -343,7 +429,7 @@ void RecomputeSegment::Run(const NodeOp& op, ChunkSchedule* chunk) {
       Capture(chunk->LayerInput(op.layer, op), chunk->state());
       return;
     case Phase::kReplay:
-      BeginReplay(chunk, chunk->context()->plan->replay_restores_chunk_state);
+      BeginReplay(chunk, chunk->context()->plan->replay_restores);
       return;
     case Phase::kReplayDone:  // a marker: the segment's activations are all rebuilt here
       return;
@@ -359,15 +445,12 @@ void RecomputeSegment::Run(const NodeOp& op, ChunkSchedule* chunk) {
 
 void RecomputeSegment::Capture(const at::Tensor& input, const ChunkState& state) {
   input_ = input;
-  snapshot_input_ids_ = state.input_ids;
-  snapshot_mtp_hidden_ = state.mtp_hidden_states;
+  snapshot_ = state;  // the tensors are never written in place: handles are a snapshot
 }
 
-void RecomputeSegment::BeginReplay(ChunkSchedule* chunk, bool restore_chunk_state) {
-  ChunkState& state = chunk->state();
-  if (restore_chunk_state) {
-    state.input_ids = snapshot_input_ids_;
-    state.mtp_hidden_states = snapshot_mtp_hidden_;
+void RecomputeSegment::BeginReplay(ChunkSchedule* chunk, const ChunkStateFieldFlags& restores) {
+  for (ChunkStateField field : kChunkStateFields) {
+    if (restores[Index(field)]) RestoreChunkStateField(field, snapshot_, &chunk->state());
   }
   if (!input_.requires_grad()) input_.requires_grad_(true);
   for (int64_t l = spec_.first_layer; l <= spec_.last_layer(); ++l) {
@@ -377,8 +460,7 @@ void RecomputeSegment::BeginReplay(ChunkSchedule* chunk, bool restore_chunk_stat
 
 void RecomputeSegment::Release() {
   input_ = at::Tensor();
-  snapshot_input_ids_ = at::Tensor();
-  snapshot_mtp_hidden_.clear();
+  snapshot_ = ChunkState();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -91,6 +91,15 @@ class LayerSchedule {
   // moe_combine_epilogue: waits for the combine's all-to-all and runs its epilogue (unpermute,
   // residual, final norm).
   void FinishCombine(Phase phase);
+  // mhc_post (under mHC): the streams' update with the MLP output, on the last decoder layer also
+  // the contraction, the final norm and the bridge to MTP.
+  void MhcPostForward(Phase phase);
+  at::Tensor MhcPostBackward(const at::Tensor& grad);  // the gradient of the MLP output
+  // The layer's output is `out`: kept for its consumer, and a no-grad layer's nodes released.
+  void FinishLayer(const at::Tensor& out, bool ends_segment);
+  // On the last decoder layer under mHC with MTP: `leaf` is the bridge the MTP depth reads; a
+  // gradient parked by an MTP pass moves onto it.
+  void InstallBridge(const at::Tensor& leaf);
   void MtpPostProcessForward(Phase phase);
   at::Tensor MtpPostProcessBackward(const at::Tensor& grad);
   void CombineBackward(const at::Tensor& grad);
@@ -124,12 +133,15 @@ class LayerSchedule {
   ComputeNode mlp_{"mlp"};
   AllToAllNode combine_comm_;  // null in a dense layer
   ComputeNode combine_{"moe_combine"};
+  ComputeNode mhc_post_{"mhc_post"};  // used under mHC only
   ComputeNode mtp_post_{"mtp_post_process"};
 
   // Layer state shared by this layer's nodes for this microbatch only.
   std::shared_ptr<const RoutingPlan> routing_;
   at::Tensor residual_;  // the attention residual, detached by attn, consumed by combine
+  MhcMapping mlp_mhc_;   // under mHC: the MLP sublayer's mapping, detached by attn
   bool combine_pending_ = false;
+  bool mhc_post_pending_ = false;
   std::vector<at::Tensor> mlp_input_grads_;
   at::Tensor output_;
 };
@@ -142,13 +154,14 @@ class RecomputeSegment {
   // Runs one segment operation of the plan: capture, replay (its start), replay done, release.
   void Run(const NodeOp& op, ChunkSchedule* chunk);
 
-  // Before the head layer's forward: keep its input and the mutable chunk state. (No RNG state:
-  // dropout masks are keyed by their site, ops::Dropout, and nothing else draws at random.)
+  // Before the head layer's forward: keep its input and the chunk state (every mutable field of
+  // model/chunk_state_field.h; no RNG state: dropout masks are keyed by their site,
+  // ops::Dropout, and nothing else draws at random).
   void Capture(const at::Tensor& input, const ChunkState& state);
-  // Before the tail layer's backward: restore the snapshot and turn grad back on for the
-  // segment's layers; the plan's replay operations then run every node's forward again from
-  // input(). `restore_chunk_state` is the plan's (false only in a faulty plan).
-  void BeginReplay(ChunkSchedule* chunk, bool restore_chunk_state);
+  // Before the tail layer's backward: restore the snapshot's fields and turn grad back on for
+  // the segment's layers; the plan's replay operations then run every node's forward again from
+  // input(). `restores` is the plan's, every field but in a faulty plan.
+  void BeginReplay(ChunkSchedule* chunk, const ChunkStateFieldFlags& restores);
   const at::Tensor& input() const { return input_; }
   // After the head layer's backward.
   void Release();
@@ -159,8 +172,7 @@ class RecomputeSegment {
  private:
   LayerSegment spec_;
   at::Tensor input_;
-  at::Tensor snapshot_input_ids_;
-  std::vector<at::Tensor> snapshot_mtp_hidden_;
+  ChunkState snapshot_;
 };
 
 class ChunkSchedule {

@@ -18,6 +18,7 @@ constexpr EnumName<NodeKind> kNodeNames[] = {{NodeKind::kPreProcess, "pre_proces
                                              {NodeKind::kMlp, "mlp"},
                                              {NodeKind::kCombine, "moe_combine"},
                                              {NodeKind::kCombineEpilogue, "moe_combine_epilogue"},
+                                             {NodeKind::kMhcPost, "mhc_post"},
                                              {NodeKind::kMtpPostProcess, "mtp_post_process"},
                                              {NodeKind::kPostProcess, "post_process"},
                                              {NodeKind::kP2pRecv, "p2p_recv"},
@@ -107,6 +108,7 @@ class PlanBuilder {
     const bool b_moe = bwd && backward->layer_is_moe[bl];
     if (b_segment && b_segment->last_layer() == bl) Replay(b, bs);
     if (bwd && backward->is_mtp(bl)) Add(NodeKind::kMtpPostProcess, Phase::kBackward, b, bl);
+    if (bwd && plan_.mhc) Add(NodeKind::kMhcPost, Phase::kBackward, b, bl);
     if (bwd) {
       Add(NodeKind::kCombine, Phase::kBackward, b, bl, -1,
           b_moe ? Stream::kComm : Stream::kCompute);
@@ -152,6 +154,7 @@ class PlanBuilder {
       Add(NodeKind::kCombine, Phase::kReplay, b, l, segment,
           moe ? Stream::kComm : Stream::kCompute);
       Add(NodeKind::kCombineEpilogue, Phase::kReplay, b, l, segment);
+      if (plan_.mhc) Add(NodeKind::kMhcPost, Phase::kReplay, b, l, segment);
       if (chunk.is_mtp(l)) Add(NodeKind::kMtpPostProcess, Phase::kReplay, b, l, segment);
     }
     Add(NodeKind::kSegment, Phase::kReplayDone, b, s.last_layer(), segment, Stream::kNone);
@@ -165,6 +168,9 @@ class PlanBuilder {
     if (pending_epilogue_.second < 0) return;
     Add(NodeKind::kCombineEpilogue, Phase::kForward, pending_epilogue_.first,
         pending_epilogue_.second);
+    if (plan_.mhc) {
+      Add(NodeKind::kMhcPost, Phase::kForward, pending_epilogue_.first, pending_epilogue_.second);
+    }
     pending_epilogue_ = {ChunkPass{}, -1};
   }
 
@@ -232,6 +238,7 @@ CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, const PipelineL
   plan.pp = pipeline.pp;
   plan.vpp = pipeline.vpp;
   plan.pp_rank = pp_rank;
+  plan.mhc = model.mhc();
   plan.chunks = BuildChunkPlans(model, pipeline, pp_rank, recompute);
   plan.steps = PipelineSchedule(
       PipelineScheduleConfig::Of(pipeline, microbatches, /*ep_overlap=*/true), pp_rank);

@@ -48,6 +48,7 @@
 #include "core/pipeline_schedule.h"
 #include "core/recipe.h"
 #include "core/recompute_plan.h"
+#include "model/chunk_state_field.h"
 
 namespace bitparity {
 
@@ -58,6 +59,7 @@ enum class NodeKind {
   kMlp,
   kCombine,
   kCombineEpilogue,  // the combine's compute: wait for its all-to-all, unpermute, residual
+  kMhcPost,          // under mHC: the streams' update after the MLP sublayer (compute)
   kMtpPostProcess,
   kPostProcess,
   kP2pRecv,  // a pipeline receive: forward, the activation; backward, the output's gradient
@@ -136,6 +138,7 @@ struct CombinedStepPlan {
   int64_t pp = 1;
   int64_t vpp = 1;
   int64_t pp_rank = 0;
+  bool mhc = false;                 // layers carry an mhc_post node
   std::vector<ChunkPlan> chunks;    // the rank's model chunks, by chunk index
   std::vector<PipelineStep> steps;  // the combined steps, in order
   std::vector<NodeOp> ops;
@@ -143,7 +146,12 @@ struct CombinedStepPlan {
   // segment, and restored from the segment's snapshot, in every plan BuildCombinedStepPlan
   // makes. A faulty plan (overlap_impl/faulty_plans.h) turns one off to re-create a silent bug.
   bool mtp_post_process_in_segment = true;
-  bool replay_restores_chunk_state = true;
+  // Under mHC with MTP: an MTP pass parks the bridge leaf it read (ChunkState::mhc_grad_carrier)
+  // and a replay of the producer takes the gradient over from it. A faulty plan takes it from
+  // ChunkState::mhc_multistream instead, which the last MTP post-process cleared.
+  bool mhc_bridge_parks_gradient = true;
+  // Per chunk-state field (model/chunk_state_field.h): restored by a replay.
+  ChunkStateFieldFlags replay_restores = {true, true, true, true, true};
 
   const ChunkPlan& chunk(int64_t index) const { return chunks[static_cast<size_t>(index)]; }
   // Whether the rank is one of several pipeline ranks (its plan holds transfers).

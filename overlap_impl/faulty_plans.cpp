@@ -6,8 +6,13 @@
 namespace bitparity {
 
 CombinedStepPlan WithScheduleBugs(CombinedStepPlan plan, const OverlapBugs& bugs) {
-  if (bugs.skip_snapshot_restore) plan.replay_restores_chunk_state = false;
+  for (ChunkStateField field : kChunkStateFields) {
+    if (bugs.skip_snapshot_restore || bugs.snapshot_skips[Index(field)]) {
+      plan.replay_restores[Index(field)] = false;
+    }
+  }
   if (bugs.mtp_post_outside_segment) plan.mtp_post_process_in_segment = false;
+  if (bugs.mhc_bridge_from_chunk_state) plan.mhc_bridge_parks_gradient = false;
   if (!bugs.mtp_post_outside_segment && !bugs.flush_per_backward_call) return plan;
   std::vector<NodeOp> ops;
   for (const NodeOp& op : plan.ops) {

@@ -14,7 +14,11 @@ namespace bitparity {
 // `plan` with the schedule bugs of `bugs` applied:
 // - mtp_post_outside_segment: a segment replay stops at the MTP layer's combine; its
 //   mtp_post_process keeps its first forward's activations and is not replayed.
-// - skip_snapshot_restore: a replay starts from the chunk state as it is, not the snapshot.
+// - skip_snapshot_restore: a replay starts from the chunk state as it is, not the snapshot;
+//   snapshot_skips: the same for the fields it flags only.
+// - mhc_bridge_from_chunk_state: a replay of the mHC bridge's producer takes the gradient the
+//   MTP backward left on the old bridge leaf from ChunkState::mhc_multistream, which the replayed
+//   last MTP post-process cleared, instead of from the parked carrier (the seed's bug).
 // - flush_per_backward_call: the main grads are flushed after every backward operation, not
 //   once per microbatch, so that a tensor's gradient contributions are rounded in between.
 // stale_routing_metadata is not a plan (overlap_impl/stale_routing_fault.h).

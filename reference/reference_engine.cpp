@@ -29,20 +29,29 @@ void ReferenceEngine::WholeChunkForward(ChunkState* state, MicrobatchLosses* los
   const int64_t depths = model_->config().mtp_layers;
   // The shifted-token embeddings stay outside the checkpoint (as in Megatron's MTP layout);
   // they are inputs of the recomputed region.
+  // The decoder sees the state as it enters the chunk, depth d the state after its roll: each
+  // is kept by value for the replay, which runs after every roll.
+  std::vector<ChunkState> states{*state};
   std::vector<at::Tensor> inputs{model_->Embed(state->input_ids)};
-  for (int64_t d = 0; d < depths; ++d) inputs.push_back(model_->MtpEmbedding(state));
+  for (int64_t d = 0; d < depths; ++d) {
+    inputs.push_back(model_->MtpEmbedding(state));
+    states.push_back(*state);
+  }
   GptModel* model = model_;
-  const ChunkState* st = state;
   MicrobatchLosses* ls = losses;
   at::Tensor hidden = Checkpoint(
-      [model, &w, st, ls, depths](const std::vector<at::Tensor>& in) {
+      [model, &w, states, ls, depths](const std::vector<at::Tensor>& in) {
         at::Tensor x = in[0];
-        for (const LayerWeights& layer : w.layers) x = model->DecoderLayer(layer, x, *st, ls);
-        std::vector<at::Tensor> outputs{model->FinalNorm(x)};
+        for (const LayerWeights& layer : w.layers) x = model->DecoderLayer(layer, x, states[0], ls);
+        const DecoderOutput decoder = model->SplitDecoderOutput(x);
+        std::vector<at::Tensor> outputs{decoder.main};
+        at::Tensor previous = decoder.mtp_input;
         for (int64_t d = 0; d < depths; ++d) {
           const MtpWeights& mtp = w.mtp[d];
-          at::Tensor y = model->MtpPrologue(mtp, in[1 + d], outputs.back());
-          outputs.push_back(model->MtpFinalNorm(mtp, model->DecoderLayer(mtp.layer, y, *st, ls)));
+          const ChunkState& st = states[static_cast<size_t>(d + 1)];
+          at::Tensor y = model->MtpPrologue(mtp, in[1 + d], previous);
+          outputs.push_back(model->MtpFinalNorm(mtp, model->DecoderLayer(mtp.layer, y, st, ls)));
+          previous = outputs.back();
         }
         return at::cat(outputs, 0);
       },
@@ -66,8 +75,9 @@ at::Tensor ReferenceEngine::DecoderForward(const at::Tensor& embedded, const Chu
     }
     const int64_t first = segment->first_layer, count = segment->num_layers;
     GptModel* model = model_;
+    // By value: the MTP depths roll the caller's state before this segment's replay.
     hidden = Checkpoint(
-        [model, &w, &state, losses, first, count](const std::vector<at::Tensor>& in) {
+        [model, &w, state, losses, first, count](const std::vector<at::Tensor>& in) {
           at::Tensor x = in[0];
           for (int64_t i = first; i < first + count; ++i) {
             x = model->DecoderLayer(w.layers[i], x, state, losses);
@@ -77,28 +87,30 @@ at::Tensor ReferenceEngine::DecoderForward(const at::Tensor& embedded, const Chu
         {hidden});
     l += count;
   }
-  return model_->FinalNorm(hidden);
+  return hidden;
 }
 
 void ReferenceEngine::Forward(ChunkState* state, MicrobatchLosses* losses) {
   if (whole_chunk_) return WholeChunkForward(state, losses);
   const GptWeights& w = model_->weights();
   const int64_t layers = model_->config().layers;
-  at::Tensor hidden = DecoderForward(model_->Embed(state->input_ids), *state, losses);
+  const DecoderOutput decoder =
+      model_->SplitDecoderOutput(DecoderForward(model_->Embed(state->input_ids), *state, losses));
+  const at::Tensor& hidden = decoder.main;
 
   // MTP depths, Megatron layout: the shifted embedding lookup outside the checkpoint, the
   // norms, projection, transformer layer and final norm inside it.
   std::vector<at::Tensor> mtp_hidden;
-  at::Tensor previous = hidden;
+  at::Tensor previous = decoder.mtp_input;
   for (int64_t d = 0; d < model_->config().mtp_layers; ++d) {
     const MtpWeights& mtp = w.mtp[d];
     at::Tensor embedding = model_->MtpEmbedding(state);
     GptModel* model = model_;
-    const ChunkState* st = state;
     MicrobatchLosses* ls = losses;
-    auto body = [model, &mtp, st, ls](const std::vector<at::Tensor>& in) {
+    // The state after this depth's roll, by value: later depths roll it again.
+    auto body = [model, &mtp, st = *state, ls](const std::vector<at::Tensor>& in) {
       at::Tensor x = model->MtpPrologue(mtp, in[0], in[1]);
-      x = model->DecoderLayer(mtp.layer, x, *st, ls);
+      x = model->DecoderLayer(mtp.layer, x, st, ls);
       return model->MtpFinalNorm(mtp, x);
     };
     at::Tensor out = plan_.recomputed(layers + d) ? Checkpoint(body, {embedding, previous})
@@ -178,11 +190,12 @@ ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStag
       continue;
     }
     const int64_t count = segment->num_layers;
+    // The state by value: the chunk's MTP depths roll it before this segment's replay.
     hidden = Checkpoint(
-        [model, &w, state, losses, first, count](const std::vector<at::Tensor>& in) {
+        [model, &w, st = *state, losses, first, count](const std::vector<at::Tensor>& in) {
           at::Tensor x = in[0];
           for (int64_t i = first; i < first + count; ++i) {
-            x = model->DecoderLayer(w.layers[i], x, *state, losses);
+            x = model->DecoderLayer(w.layers[i], x, st, losses);
           }
           return x;
         },
@@ -196,9 +209,9 @@ ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStag
   for (int64_t i = 0; i < stage.mtp_layers; ++i) {
     const MtpWeights& mtp = w.mtp[static_cast<size_t>(stage.first_mtp + i)];
     at::Tensor embedding = model_->MtpEmbedding(state);
-    auto body = [model, &mtp, state, losses](const std::vector<at::Tensor>& in) {
+    auto body = [model, &mtp, st = *state, losses](const std::vector<at::Tensor>& in) {
       at::Tensor x = model->MtpPrologue(mtp, in[0], in[1]);
-      x = model->DecoderLayer(mtp.layer, x, *state, losses);
+      x = model->DecoderLayer(mtp.layer, x, st, losses);
       return model->MtpFinalNorm(mtp, x);
     };
     at::Tensor out = plan.recomputed(stage.layers + i) ? Checkpoint(body, {embedding, previous})

@@ -40,6 +40,7 @@ class ReferenceEngine : public Engine {
   void Forward(ChunkState* state, MicrobatchLosses* losses);
 
  private:
+  // The decoder layers under the recompute plan; the last layer's output, before the final norm.
   at::Tensor DecoderForward(const at::Tensor& embedded, const ChunkState& state,
                             MicrobatchLosses* losses);
   // Recompute unit "chunk": every decoder and MTP layer in one checkpoint.

@@ -118,20 +118,27 @@ InjectedBugs ParseInjectedBugs(const std::string& text) {
       {"skip_snapshot_restore", &bugs.overlap.skip_snapshot_restore},
       {"mtp_post_outside_segment", &bugs.overlap.mtp_post_outside_segment},
       {"flush_per_backward_call", &bugs.overlap.flush_per_backward_call},
+      {"mhc_bridge_from_chunk_state", &bugs.overlap.mhc_bridge_from_chunk_state},
       {"composite_rms_norm", &bugs.model.composite_rms_norm},
       {"aux_loss_in_objective", &bugs.model.aux_loss_in_objective},
   };
+  std::vector<std::pair<std::string, bool*>> named;
+  for (const Switch& s : switches) named.emplace_back(s.name, s.flag);
+  for (ChunkStateField field : kChunkStateFields) {
+    named.emplace_back(std::string("snapshot_skips_") + ToString(field),
+                       &bugs.overlap.snapshot_skips[Index(field)]);
+  }
   std::stringstream in(text);
   std::string name;
   while (std::getline(in, name, ',')) {
     if (name.empty()) continue;
     bool known = false;
-    for (const Switch& s : switches) {
-      if (name == s.name) *s.flag = known = true;
+    for (const auto& [switch_name, flag] : named) {
+      if (name == switch_name) *flag = known = true;
     }
     if (!known) {
       std::string names;
-      for (const Switch& s : switches) names += (names.empty() ? "" : ", ") + std::string(s.name);
+      for (const auto& entry : named) names += (names.empty() ? "" : ", ") + entry.first;
       throw InputError(std::string(kInjectBugVariable) + ": unknown bug '" + name +
                        "' (known: " + names + ")");
     }

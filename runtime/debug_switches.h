@@ -11,7 +11,9 @@
 //   BITPARITY_INJECT_BUG="NAME[,NAME...]"
 //       re-creates known silent bugs (model/injected_bugs.h) so that a test can show the parity
 //       checks catch each: stale_routing_metadata, skip_snapshot_restore,
-//       mtp_post_outside_segment, flush_per_backward_call, composite_rms_norm,
+//       snapshot_skips_<field> (one chunk-state field, model/chunk_state_field.h),
+//       mtp_post_outside_segment, flush_per_backward_call, mhc_bridge_from_chunk_state,
+//       composite_rms_norm,
 //       aux_loss_in_objective.
 // They are parsed here and nowhere else; the rank process reads them once, at its start.
 

@@ -71,6 +71,7 @@ int64_t NodeBoundaryBytes(GptModel& model, const LayerWeights& w, const MtpWeigh
   at::Tensor x = leaf(input);
   if (mtp) x = model.MtpPrologue(*mtp, model.MtpEmbedding(&state), x);
   LayerAttentionOutput attention = model.LayerAttention(w, x, state, &losses);
+  const MhcMapping* mhc = model.config().mhc() ? &attention.mlp_mhc : nullptr;
   kept.push_back(attention.residual);
   at::Tensor mlp_output;
   if (!w.is_moe) {
@@ -78,7 +79,7 @@ int64_t NodeBoundaryBytes(GptModel& model, const LayerWeights& w, const MtpWeigh
     mlp_output = model.LayerDenseMlp(w, leaf(attention.mlp_input));
     kept.push_back(mlp_output);
     kept.push_back(
-        model.LayerCombine(w, leaf(mlp_output), leaf(attention.residual), nullptr, state));
+        model.LayerCombine(w, leaf(mlp_output), leaf(attention.residual), nullptr, state, mhc));
   } else {
     const RoutingPlan& plan = *attention.plan;
     const DispatchPayload& sent = attention.payload;
@@ -94,7 +95,7 @@ int64_t NodeBoundaryBytes(GptModel& model, const LayerWeights& w, const MtpWeigh
         w, {leaf(received.tokens), leaf(received.probs), received.route_mask}, plan);
     const at::Tensor back = comm.AllToAll(rows.detach(), plan.recv_splits, plan.send_splits);
     kept.insert(kept.end(), {rows, back});
-    kept.push_back(model.LayerCombine(w, leaf(back), leaf(attention.residual), &plan, state));
+    kept.push_back(model.LayerCombine(w, leaf(back), leaf(attention.residual), &plan, state, mhc));
   }
   if (mtp) kept.push_back(model.MtpFinalNorm(*mtp, leaf(kept.back())));
   const int64_t node_retained = Live() - before;
@@ -389,7 +390,7 @@ MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
     hidden = e.detach();
   } else {
     at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(kProbeSeed);
-    hidden = at::randn({microbatch.input_ids.size(0), c.seq_len, c.hidden}, generator,
+    hidden = at::randn({microbatch.input_ids.size(0), c.seq_len, c.residual_width()}, generator,
                        at::TensorOptions().dtype(at::kFloat))
                  .to(model.device(), model.compute_dtype());
   }
@@ -433,7 +434,8 @@ MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
   }
 
   if (loss) {
-    at::Tensor h = hidden.clone().requires_grad_(true);
+    // The post-process reads hidden states of one stream.
+    at::Tensor h = hidden.narrow(-1, 0, c.hidden).clone().requires_grad_(true);
     std::vector<at::Tensor> mtp_hidden;
     for (int64_t d = 0; d < c.mtp_layers; ++d) mtp_hidden.push_back(h);
     const int64_t before = Live();

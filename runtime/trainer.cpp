@@ -97,18 +97,31 @@ std::vector<ChunkState> Trainer::MakeMicrobatches(int64_t iteration) const {
   const int64_t b = recipe_.train.micro_batch;
   const int64_t s = recipe_.model.seq_len;
   const int64_t per_rank = recipe_.global_batch_per_rank();
+  const bool padded = recipe_.data.padded(s);
   std::vector<ChunkState> microbatches;
   for (int64_t m = 0; m < recipe_.microbatches_per_rank(); ++m) {
-    at::Tensor ids = at::empty({b, s}, at::kLong);
-    at::Tensor labels = at::empty({b, s}, at::kLong);
+    at::Tensor ids = at::zeros({b, s}, at::kLong);
+    at::Tensor labels = at::zeros({b, s}, at::kLong);
+    at::Tensor positions = at::zeros({b, s}, at::kLong);
+    at::Tensor padding = at::ones({b, s}, at::kBool);
+    at::Tensor loss_mask = at::zeros({b, s}, at::kFloat);
     auto id = ids.accessor<int64_t, 2>();
     auto label = labels.accessor<int64_t, 2>();
+    auto position = positions.accessor<int64_t, 2>();
+    auto pad = padding.accessor<bool, 2>();
+    auto mask = loss_mask.accessor<float, 2>();
     for (int64_t j = 0; j < b; ++j) {
       const int64_t sample = layout_.dp_rank * per_rank + m * b + j;
       std::vector<int64_t> tokens = corpus_.Sample(iteration, sample, s + 1);
-      for (int64_t t = 0; t < s; ++t) {
+      // A padded sample: its tokens, then id, label and position 0, no loss, a padded key.
+      const int64_t length =
+          padded ? corpus_.SampleLength(iteration, sample, recipe_.data.min_length, s) : s;
+      for (int64_t t = 0; t < length; ++t) {
         id[j][t] = tokens[static_cast<size_t>(t)];
         label[j][t] = tokens[static_cast<size_t>(t + 1)];
+        position[j][t] = t;
+        pad[j][t] = false;
+        mask[j][t] = 1.0f;
       }
     }
     ChunkState state;
@@ -117,7 +130,11 @@ std::vector<ChunkState> Trainer::MakeMicrobatches(int64_t iteration) const {
     const at::Device& device = model_->device();
     state.input_ids = ids.to(device);
     state.labels = labels.to(device);
-    state.loss_mask = at::ones({b, s}, at::TensorOptions().dtype(at::kFloat).device(device));
+    state.loss_mask = loss_mask.to(device);
+    if (padded) {
+      state.position_ids = positions.to(device);
+      state.padding_mask = padding.to(device);
+    }
     microbatches.push_back(std::move(state));
   }
   return microbatches;

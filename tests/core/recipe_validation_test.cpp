@@ -169,6 +169,11 @@ std::vector<BadRecipe> BadRecipes() {
            "\n[arms.overlap]\nengine = \"overlap\"\n",
        "[arms.overlap] [parallel] the EP all-to-all overlap with pp = 2 needs vpp > 1 (Megatron's "
        "rule: a combined step pairs two model chunks)"},
+      {"data_min_length_over_seq_len", v + "\n[data]\nmin_length = 17\n",
+       "[data] min_length must be <= [model] seq_len (16), got 17"},
+      {"data_min_length_within_mtp", v + "\n[data]\nmin_length = 1\n",
+       "[data] min_length must be > [model] mtp_layers (1: a sample must keep a token after its "
+       "MTP depths roll it left), got 1"},
       {"pipeline_reference_chunk_unit",
        Replace(Replace(Replace(v, "ep = 2", "ep = 2\npp = 2"), "hidden = 32",
                        "hidden = 32\npipeline_layout = \"Ett|tmL\""),

@@ -1,6 +1,6 @@
 // The hand-written pieces of the model compute what their formulas say: the fused RMSNorm's
 // forward and backward against a composite float64 reference, the aux-loss scaler's injected
-// gradient, and the deterministic dropout mask.
+// gradient, the deterministic dropout mask, and attention's positions and padded keys.
 
 #include "model/ops.h"
 
@@ -86,6 +86,52 @@ TEST(RollLeft, ShiftsAndFills) {
   at::Tensor t = at::arange(6, at::kLong).reshape({2, 3});
   at::Tensor r = ops::RollLeft(t, 1, 0);
   EXPECT_TRUE(at::equal(r, at::tensor({1, 2, 0, 4, 5, 0}, at::kLong).reshape({2, 3})));
+}
+
+// Attention over [2, 8, 16] with 2 heads in fp32, the weights fixed by their streams.
+struct AttentionFixture {
+  at::Tensor qkv = Random({48, 16}, 10) * 0.25;
+  at::Tensor proj = Random({16, 16}, 11) * 0.25;
+  ops::RopeTables rope = ops::MakeRopeTables(8, 8, 10000.0);
+  PrecisionConfig precision;
+
+  AttentionFixture() { precision.recipe = PrecisionRecipe::kFp32; }
+  at::Tensor Run(const at::Tensor& x, const at::Tensor& positions = at::Tensor(),
+                 const at::Tensor& padding = at::Tensor()) const {
+    return ops::CausalSelfAttention(x, qkv, proj, 2, rope, precision, positions, padding);
+  }
+};
+
+TEST(Attention, ExplicitPositionsGiveTheBitsOfTheTableRows) {
+  const AttentionFixture f;
+  const at::Tensor x = Random({2, 8, 16}, 12);
+  const at::Tensor positions = at::arange(8, at::kLong).repeat({2, 1});
+  EXPECT_TRUE(at::equal(f.Run(x), f.Run(x, positions)));
+  // Other positions are other angles.
+  EXPECT_FALSE(at::equal(f.Run(x), f.Run(x, ops::RollLeft(positions, 1, 0))));
+}
+
+TEST(Attention, PaddedKeysAreSkipped) {
+  const AttentionFixture f;
+  // Sample 0 has 5 tokens and 3 padded ones (at position 0), sample 1 all 8.
+  at::Tensor padding = at::zeros({2, 8}, at::kBool);
+  padding[0].narrow(0, 5, 3).fill_(true);
+  const at::Tensor positions = at::arange(8, at::kLong).repeat({2, 1}).masked_fill(padding, 0);
+  const at::Tensor x = Random({2, 8, 16}, 13);
+  at::Tensor other = x.clone();
+  other[0][5].copy_(Random({16}, 14));  // the first padded token changes
+  const at::Tensor a = f.Run(x, positions, padding);
+  const at::Tensor b = f.Run(other, positions, padding);
+  EXPECT_TRUE(a.isfinite().all().item<bool>());
+  // The real tokens come first (causality hides the padding from them), the later padded
+  // tokens skip token 5 as a key, and the other sample is another row.
+  EXPECT_TRUE(at::equal(a[0].narrow(0, 0, 5), b[0].narrow(0, 0, 5)));
+  EXPECT_TRUE(at::equal(a[0].narrow(0, 6, 2), b[0].narrow(0, 6, 2)));
+  EXPECT_TRUE(at::equal(a[1], b[1]));
+  EXPECT_FALSE(at::equal(a[0][5], b[0][5]));  // its own query changed
+  // Without the mask, the later tokens read token 5's key and value.
+  EXPECT_FALSE(at::equal(f.Run(x, positions)[0].narrow(0, 6, 2),
+                         f.Run(other, positions)[0].narrow(0, 6, 2)));
 }
 
 }  // namespace

@@ -266,7 +266,7 @@ TEST(FaultyPlans, EachScheduleBugIsADifferentPlan) {
   const CombinedStepPlan plan =
       BuildCombinedStepPlan(Model(3, 1), 3, Full(RecomputeMethod::kUniform, 1));
   EXPECT_TRUE(plan.mtp_post_process_in_segment);
-  EXPECT_TRUE(plan.replay_restores_chunk_state);
+  for (bool restores : plan.replay_restores) EXPECT_TRUE(restores);
   auto count = [](const CombinedStepPlan& p, NodeKind node, Phase phase) {
     int64_t n = 0;
     for (const NodeOp& op : p.ops) n += op.node == node && op.phase == phase;
@@ -304,8 +304,15 @@ TEST(FaultyPlans, EachScheduleBugIsADifferentPlan) {
   OverlapBugs snapshot;
   snapshot.skip_snapshot_restore = true;
   const CombinedStepPlan no_restore = WithScheduleBugs(plan, snapshot);
-  EXPECT_FALSE(no_restore.replay_restores_chunk_state);
+  for (bool restores : no_restore.replay_restores) EXPECT_FALSE(restores);
   EXPECT_EQ(no_restore.ops.size(), plan.ops.size());
+  OverlapBugs one_field;
+  one_field.snapshot_skips[Index(ChunkStateField::kPaddingMask)] = true;
+  const CombinedStepPlan skips_mask = WithScheduleBugs(plan, one_field);
+  for (ChunkStateField field : kChunkStateFields) {
+    EXPECT_EQ(skips_mask.replay_restores[Index(field)], field != ChunkStateField::kPaddingMask)
+        << ToString(field);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+// The parameters the model builds: ParameterCount (what `bitparity validate` prints) is the sum
+// of what BuildGptWeights registers, with and without mHC and MTP; mHC's parameters are fp32
+// and start where its formulas say.
+
+#include "model/parameters.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/rank_context.h"
+#include "core/recipe.h"
+
+namespace bitparity {
+namespace {
+
+int64_t Registered(const ModelConfig& config, ParameterStore* store) {
+  BuildGptWeights(config, ParallelLayout::Make(0, 1, 1, config.experts), store);
+  int64_t count = 0;
+  for (const Parameter& p : store->all()) count += p.master.numel();
+  return count;
+}
+
+TEST(Parameters, CountIsWhatTheModelRegisters) {
+  for (int64_t mtp : {0, 1}) {
+    for (int64_t streams : {0, 4}) {
+      ModelConfig config;
+      config.hidden = 16;
+      config.heads = 2;
+      config.layers = 3;
+      config.moe_ffn = 8;
+      config.ffn = 24;
+      config.vocab = 32;
+      config.mtp_layers = mtp;
+      config.mhc_streams = streams;
+      ParameterStore store(at::kBFloat16, 1);
+      EXPECT_EQ(ParameterCount(config), Registered(config, &store))
+          << "mtp " << mtp << ", streams " << streams;
+    }
+  }
+}
+
+TEST(Parameters, MhcParametersAreFp32AndStartAtTheirInit) {
+  ModelConfig config;
+  config.hidden = 16;
+  config.heads = 2;
+  config.layers = 2;
+  config.mtp_layers = 1;
+  config.mhc_streams = 4;
+  config.mhc_init_gating_factor = 0.25;
+  ParameterStore store(at::kBFloat16, 1);
+  const GptWeights w =
+      BuildGptWeights(config, ParallelLayout::Make(0, 1, 1, config.experts), &store);
+  const MhcWeights& m = w.layers[1].mlp_mhc;
+  EXPECT_EQ(m.mapping.scalar_type(), at::kFloat);
+  EXPECT_EQ(m.mapping.sizes(), (std::vector<int64_t>{24, 64}));
+  EXPECT_EQ(m.alpha_res.item<float>(), 0.25f);
+  EXPECT_EQ(m.bias.abs().sum().item<float>(), 0.0f);
+  EXPECT_EQ(w.mhc_head.fn.sizes(), (std::vector<int64_t>{4, 64}));
+  EXPECT_EQ(w.mtp[0].mhc_head.scale.item<float>(), 0.25f);
+  EXPECT_FALSE(w.mtp[0].eh_proj.defined());
+  EXPECT_EQ(w.mtp[0].h_proj.scalar_type(), at::kBFloat16);
+}
+
+}  // namespace
+}  // namespace bitparity

@@ -1,0 +1,189 @@
+// mHC (model/mhc.h) in both arms:
+// - the mapping is what its formulas say: H_pre > 0, H_post in (0, 2), H_res doubly stochastic;
+// - the overlap arm (with its mhc_post node and the bridge to MTP) equals the reference arm bit
+//   for bit, and both equal the reference without recompute, over MTP depths, recompute methods
+//   and precisions, with padded samples and dropout;
+// - the seed's bug (the bridge gradient looked up where the replayed MTP post-process cleared
+//   it) is caught, and the gradients name what it corrupts.
+
+#include "model/mhc.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/recipe.h"
+#include "tests/support/random_tensor.h"
+#include "tests/support/recipe_builder.h"
+#include "tests/support/thread_trainer.h"
+
+namespace bitparity {
+namespace {
+
+TEST(MhcMapping, GatesAreInRangeAndTheMixingMatrixIsDoublyStochastic) {
+  const int64_t n = 4, h = 8;
+  MhcWeights w;
+  w.mapping = testing::RandomNormal({n * n + 2 * n, n * h}, 3, 1) * 0.3;
+  w.alpha_pre = at::full({1}, 0.5);
+  w.alpha_post = at::full({1}, 0.5);
+  w.alpha_res = at::full({1}, 0.5);
+  w.bias = testing::RandomNormal({n * n + 2 * n}, 3, 2);
+  const at::Tensor streams = testing::RandomNormal({2, 5, n * h}, 3, 3);
+  const MhcMapping m = ComputeMhcMapping(streams, w, n, 20);
+  // Sinkhorn-Knopp ends on the rows; the columns converge with the iterations.
+  const MhcMapping converged = ComputeMhcMapping(streams, w, n, 400);
+  EXPECT_TRUE(at::allclose(converged.res.sum(-2), at::ones({2, 5, n}), 0, 1e-4));
+  EXPECT_GT(m.pre.min().item<float>(), 0.0f);
+  EXPECT_LT(m.post.max().item<float>(), 2.0f);
+  EXPECT_GT(m.post.min().item<float>(), 0.0f);
+  EXPECT_GT(m.res.min().item<float>(), 0.0f);
+  EXPECT_TRUE(at::allclose(m.res.sum(-1), at::ones({2, 5, n}), 0, 1e-5));
+  EXPECT_TRUE(at::allclose(m.res.sum(-2), at::ones({2, 5, n}), 0, 0.1));
+  // Not a constant: the mapping depends on the token.
+  EXPECT_FALSE(at::allclose(m.res[0][0], m.res[1][4]));
+
+  // Copied onto the streams and contracted with equal gates: each stream weighs the same.
+  const at::Tensor x = testing::RandomNormal({2, 5, h}, 3, 4);
+  const at::Tensor expanded = MhcExpand(x, n);
+  EXPECT_TRUE(at::equal(expanded.view({2, 5, n, h}).select(2, 3), x));
+  MhcContractWeights contract{at::zeros({n, n * h}), at::zeros({n}), at::ones({1})};
+  EXPECT_TRUE(at::allclose(MhcContract(expanded, contract, n), x * (0.5 * n)));
+}
+
+TEST(MhcMapping, TheUpdateMixesTheStreamsAndExpandsTheOutput) {
+  const int64_t n = 2, h = 3;
+  MhcMapping m;
+  m.pre = at::ones({1, 1, n});
+  m.post = at::tensor({0.5f, 1.5f}).view({1, 1, n});
+  m.res = at::tensor({0.25f, 0.75f, 0.75f, 0.25f}).view({1, 1, n, n});
+  const at::Tensor streams = at::tensor({1.f, 2.f, 3.f, 10.f, 20.f, 30.f}).view({1, 1, n * h});
+  const at::Tensor output = at::tensor({100.f, 200.f, 300.f}).view({1, 1, h});
+  // stream j = sum_i res[i][j] stream_i + post_j output.
+  const at::Tensor expected =
+      at::tensor({0.25f * 1 + 0.75f * 10 + 50, 0.25f * 2 + 0.75f * 20 + 100,
+                  0.25f * 3 + 0.75f * 30 + 150, 0.75f * 1 + 0.25f * 10 + 150,
+                  0.75f * 2 + 0.25f * 20 + 300, 0.75f * 3 + 0.25f * 30 + 450})
+          .view({1, 1, n * h});
+  EXPECT_TRUE(at::allclose(MhcUpdate(streams, output, m, n), expected));
+  EXPECT_TRUE(at::allclose(MhcAggregate(streams, m.pre, n), at::tensor({11.f, 22.f, 33.f})));
+}
+
+// seq_len 16, samples of 9 to 16 tokens, 4 streams.
+testing::RecipeBuilder WithMhc(int layers, int mtp_layers) {
+  testing::RecipeBuilder builder(layers, mtp_layers);
+  builder.Set("model.mhc_streams", int64_t{4})
+      .Set("model.mhc_sinkhorn_iterations", int64_t{6})
+      .Set("data.min_length", int64_t{9})
+      .Set("train.lr", 1e-2);
+  return builder;
+}
+
+struct MhcParityCase {
+  int mtp_layers;
+  std::string recompute;  // "none" or method-num_layers
+  std::string precision;
+  bool dropout;
+
+  std::string name() const {
+    std::string r = recompute;
+    std::replace(r.begin(), r.end(), '-', '_');
+    return "mtp" + std::to_string(mtp_layers) + "_" + r + "_" + precision +
+           (dropout ? "_dropout" : "");
+  }
+};
+
+void PrintTo(const MhcParityCase& c, std::ostream* os) { *os << c.name(); }
+
+class MhcParityTest : public ::testing::TestWithParam<MhcParityCase> {};
+
+TEST_P(MhcParityTest, OverlapEqualsTheReferenceArms) {
+  const MhcParityCase& c = GetParam();
+  testing::RecipeBuilder builder = WithMhc(3, c.mtp_layers);
+  builder.Set("precision.recipe", c.precision).Set("model.dispatcher", "flex");
+  if (c.dropout) builder.Set("model.dropout", 0.1).Set("model.attention_dropout", 0.1);
+  if (c.recompute == "none") {
+    builder.ParityArms("recompute = { granularity = \"none\" }");
+  } else {
+    const size_t dash = c.recompute.find('-');
+    builder.ParityArms(testing::FullRecompute(c.recompute.substr(0, dash),
+                                              std::stoi(c.recompute.substr(dash + 1))));
+  }
+  testing::ExpectOverlapEqualsReferences(builder.Build(c.name() + ".toml"));
+}
+
+// mtp_layers {0, 1} x recompute none, (uniform, 1), (uniform, 2) (without MTP: Megatron's rule),
+// (block, 1..3) x fp32 and bf16; every case with padded samples, dropout on every other one.
+std::vector<MhcParityCase> ParityCases() {
+  std::vector<MhcParityCase> cases;
+  bool dropout = true;
+  for (int mtp : {0, 1}) {
+    for (const char* recompute :
+         {"none", "uniform-1", "uniform-2", "block-1", "block-2", "block-3"}) {
+      if (mtp > 0 && std::string(recompute) == "uniform-2") continue;
+      for (const char* precision : {"fp32", "bf16"}) {
+        cases.push_back({mtp, recompute, precision, dropout});
+        dropout = !dropout;
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Configurations, MhcParityTest, ::testing::ValuesIn(ParityCases()),
+                         [](const ::testing::TestParamInfo<MhcParityCase>& info) {
+                           return info.param.name();
+                         });
+
+TEST(MhcBridge, GradientLookedUpInTheClearedChunkStateIsCaught) {
+  // The seed's bug: under full recompute the MTP segment is replayed and backwarded before the
+  // decoder segment that makes the bridge; the decoder's replay installs a new leaf, and the
+  // gradient the MTP backward left on the old one is looked up in chunk_state.mhc_multistream,
+  // which the replayed last MTP post-process cleared.
+  const Recipe recipe = WithMhc(3, 1)
+                            .Set("train.iterations", int64_t{2})
+                            .Set("precision.recipe", "fp32")
+                            .ParityArms(testing::FullRecompute("uniform", 1))
+                            .Build("mhc_bridge.toml");
+  testing::ThreadTrainOptions options;
+  options.bugs.overlap.mhc_bridge_from_chunk_state = true;
+  const testing::RankRecords reference = testing::TrainOnThreads(recipe, "reference");
+  const testing::RankRecords buggy = testing::TrainOnThreads(recipe, "overlap", options);
+  const std::string difference = testing::FirstDifference(reference, buggy);
+  ASSERT_NE(difference, "");
+  const std::vector<std::string> differing = testing::DifferingGrads(reference, buggy, 1, 0);
+  std::string names;
+  for (const std::string& name : differing) names += (names.empty() ? "" : ", ") + name;
+  std::printf(
+      "mHC bridge from the cleared chunk state: %zu parameters differ at iteration 1 on "
+      "rank 0: %s\n",
+      differing.size(), names.c_str());
+  // The loss of iteration 1 is the first pass's; only the gradients show it.
+  for (const char* loss : {"iteration 1, rank 0: loss", "iteration 1, rank 0: lm_loss",
+                           "iteration 1, rank 0: mtp_loss"}) {
+    EXPECT_EQ(difference.find(loss), std::string::npos) << difference;
+  }
+  // The MTP depth's own parameters are right: what it lost is the gradient it sends down the
+  // bridge, so every decoder parameter below the bridge is wrong.
+  for (const std::string& name : differing) {
+    EXPECT_NE(name.rfind("mtp.", 0), 0u) << name << " should not be affected";
+  }
+  for (const char* name : {"layers.2.mlp.mhc.mapping", "layers.0.attention.qkv", "embedding"}) {
+    EXPECT_NE(std::find(differing.begin(), differing.end(), name), differing.end()) << name;
+  }
+  // Without recompute there is no replay, and the same switch changes nothing.
+  const Recipe eager = WithMhc(3, 1)
+                           .Set("train.iterations", int64_t{2})
+                           .Set("precision.recipe", "fp32")
+                           .ParityArms("recompute = { granularity = \"none\" }")
+                           .Build("mhc_bridge_eager.toml");
+  EXPECT_EQ(testing::FirstDifference(testing::TrainOnThreads(eager, "reference"),
+                                     testing::TrainOnThreads(eager, "overlap", options)),
+            "");
+}
+
+}  // namespace
+}  // namespace bitparity

@@ -166,6 +166,22 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
     if (ec) throw InputError(o.out + ": cannot create directory " + out.parent_path().string());
   }
   if (fs::is_directory(out)) throw InputError(o.out + ": is a directory, expected a .h5 path");
+  // The trace replaces --out atomically: never a file that is an input, nor one that is not a
+  // trace (a recipe, a report, anything else a typo could name).
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    if (fs::equivalent(out, recipe.path, ec)) {
+      throw InputError("--out " + o.out + " is the recipe " + recipe.path +
+                       "; refusing to replace an input with a trace");
+    }
+    try {
+      ReadTrace(o.out, /*require_complete=*/false);
+    } catch (const std::exception&) {
+      throw InputError("--out " + o.out +
+                       " exists and is not a bitparity trace; refusing to overwrite it (remove it "
+                       "or name another file)");
+    }
+  }
 
   LaunchOptions launch;
   launch.executable = SelfExecutable();

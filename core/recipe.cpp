@@ -13,6 +13,7 @@
 
 #include "core/enum_names.h"
 #include "core/errors.h"
+#include "core/names.h"
 #include "core/pipeline_schedule.h"
 #include "core/recipe_schema.h"
 #include "core/toml_reader.h"
@@ -296,13 +297,6 @@ ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recip
   return arm;
 }
 
-bool ValidArmName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-  });
-}
-
 }  // namespace
 
 Recipe ParseRecipe(const std::string& text, const std::string& path) {
@@ -322,6 +316,13 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
   recipe.text = text;
   TableReader top(&root, "", &diag);
   TopLevelKeys().ReadKeys(top, &recipe);
+  // The name becomes folders (out/<name>/, golden/<name>/): an identifier, never a path.
+  if (std::string problem = IdentifierProblem("name", recipe.name); !problem.empty()) {
+    if (!root.contains("name")) {
+      problem += " (it is the file's stem: set name = \"...\" in the recipe)";
+    }
+    diag.Add("", problem);
+  }
   // Reads the table `key` of the file (absent: every default) with the keys of `keys`.
   auto read_table = [&](const char* key, const auto& keys, auto* config) {
     TableReader r(top.SubTable(key), keys.table(), &diag);
@@ -337,9 +338,8 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
   if (const toml::table* arms = top.SubTable("arms")) {
     for (const auto& [key, node] : *arms) {
       std::string name(key.str());
-      if (!ValidArmName(name)) {
-        diag.Add("[arms]",
-                 "arm name '" + name + "' must be 1-64 characters of letters, digits, '_' or '-'");
+      if (const std::string problem = IdentifierProblem("arm name", name); !problem.empty()) {
+        diag.Add("[arms]", problem);
         continue;
       }
       if (!node.is_table()) {

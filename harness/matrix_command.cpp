@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <numeric>
 #include <ostream>
 #include <regex>
 #include <sstream>
@@ -16,6 +17,7 @@
 
 #include "core/clock.h"
 #include "core/errors.h"
+#include "core/names.h"
 #include "core/pipeline_layout.h"
 #include "core/recipe.h"
 #include "core/recipe_edit.h"
@@ -158,6 +160,9 @@ Matrix LoadMatrix(const std::string& path) {
   Matrix m;
   m.path = path;
   m.name = matrix.String("name", fs::path(path).stem().string());
+  if (const std::string problem = IdentifierProblem("name", m.name); !problem.empty()) {
+    diag.Add("[matrix]", problem);
+  }
   matrix.String("description", "");
   const std::string base = matrix.String("base", "");
   if (base.empty()) diag.Add("[matrix]", "base must name a recipe file");
@@ -245,6 +250,14 @@ Matrix LoadMatrix(const std::string& path) {
       }
     }
     cell.name = CellName(m.axes, cell.values);
+    // A cell's name is a folder of the output: an identifier, whatever its axis values say.
+    if (const std::string problem = IdentifierProblem("cell name", cell.name); !problem.empty()) {
+      throw InputError(
+          path + ": [matrix.axes] " + problem + " (from the values of " +
+          std::accumulate(std::next(m.axes.begin()), m.axes.end(), m.axes.front(),
+                          [](const std::string& a, const std::string& b) { return a + ", " + b; }) +
+          ")");
+    }
     edits.push_back({"name", m.name + "-" + cell.name});
     cell.recipe_text = "# Cell " + cell.name + " of " + path + ", expanded from " + m.base_path +
                        "\n" + EditRecipe(base_text, edits, m.base_path);

@@ -169,6 +169,16 @@ std::vector<BadRecipe> BadRecipes() {
            "\n[arms.overlap]\nengine = \"overlap\"\n",
        "[arms.overlap] [parallel] the EP all-to-all overlap with pp = 2 needs vpp > 1 (Megatron's "
        "rule: a combined step pairs two model chunks)"},
+      {"name_climbs_out", "name = \"../../x\"\n" + v,
+       "name '../../x' must be 1-64 characters of letters, digits, '_', '-' and '.', starting "
+       "with a letter, a digit or '_'"},
+      {"name_absolute", "name = \"/tmp/x\"\n" + v, "name '/tmp/x' must be"},
+      {"name_empty", "name = \"\"\n" + v, "name '' must be"},
+      {"name_dot", "name = \".\"\n" + v, "name '.' must be"},
+      {"name_nested", "name = \"a/b\"\n" + v, "name 'a/b' must be"},
+      {"name_control_character", "name = \"a\\u0001b\"\n" + v, "name 'a\\x01b' must be"},
+      {"arm_name_climbs_out", v + "\n[arms.\"..\"]\nengine = \"reference\"\n",
+       "[arms] arm name '..' must be"},
       {"data_min_length_over_seq_len", v + "\n[data]\nmin_length = 17\n",
        "[data] min_length must be <= [model] seq_len (16), got 17"},
       {"data_min_length_within_mtp", v + "\n[data]\nmin_length = 1\n",
@@ -221,6 +231,19 @@ INSTANTIATE_TEST_SUITE_P(Malformed, RecipeValidationTest, ::testing::ValuesIn(Ba
                          [](const ::testing::TestParamInfo<BadRecipe>& info) {
                            return info.param.name;
                          });
+
+TEST(RecipeValidation, AFileStemThatIsNoNameNeedsAName) {
+  try {
+    ParseRecipe(ValidToml(), "/tmp/my recipe.toml");
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("name 'my recipe' must be"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("it is the file's stem: set name"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(ParseRecipe("name = \"mine\"\n" + ValidToml(), "/tmp/my recipe.toml").name, "mine");
+}
 
 TEST(RecipeValidation, MissingFileIsBadInput) {
   testing::CommandResult r = testing::RunBitparity({"validate", "/nonexistent/recipe.toml"});

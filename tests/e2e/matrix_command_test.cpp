@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <pugixml.hpp>
+#include <string>
+#include <vector>
 
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
@@ -127,6 +130,20 @@ TEST(MatrixCommand, BadMatrixFilesAreBadInput) {
     const std::string matrix = dir.Write("bad.toml", body);
     testing::CommandResult r = testing::RunBitparity({"matrix", matrix, "--out", dir.File("o")});
     EXPECT_EQ(r.exit_code, 2) << body << r.output;
+  }
+  // Names that become folders: the matrix's name and a cell's (here from a layout's name) may not
+  // leave the output folder, and nothing is written outside it.
+  for (const std::string& body : std::vector<std::string>{
+           "[matrix]\nname = \"../escaped\"\nbase = \"base.toml\"\n[matrix.axes]\nmtp_layers = "
+           "[0]\n",
+           "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\nprecision = [\"../../escaped\"]\n"}) {
+    const std::string matrix = dir.Write("names.toml", body);
+    testing::CommandResult r =
+        testing::RunBitparity({"matrix", matrix, "--out", dir.File("deep/er/o")});
+    EXPECT_EQ(r.exit_code, 2) << body << r.output;
+    EXPECT_NE(r.output.find("must be 1-64 characters"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.File("escaped"))) << body;
+    EXPECT_FALSE(std::filesystem::exists(dir.File("deep/escaped"))) << body;
   }
   const std::string good =
       dir.Write("good.toml", "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\nmtp_layers = [0]\n");

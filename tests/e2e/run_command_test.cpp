@@ -255,6 +255,26 @@ TEST_F(SmallRecipeTest, CorruptGoldenIsBadInputAndLeftUnchanged) {
   }
 }
 
+TEST_F(SmallRecipeTest, ArmRefusesToReplaceAnInputOrAFileThatIsNoTrace) {
+  const std::string text = testing::ReadFile(recipe_);
+  const std::string notes = dir_.Write("notes.txt", "mine\n");
+  for (const std::string& out : {recipe_, notes}) {
+    testing::CommandResult r =
+        testing::RunBitparity({"arm", recipe_, "--arm", "reference", "--out", out, "--quiet"});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("refusing to"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(testing::ReadFile(recipe_), text);
+  EXPECT_EQ(testing::ReadFile(notes), "mine\n");
+  // A trace may be replaced by a new one.
+  const std::string trace = dir_.File("t.h5");
+  for (int i = 0; i < 2; ++i) {
+    testing::CommandResult r =
+        testing::RunBitparity({"arm", recipe_, "--arm", "reference", "--out", trace, "--quiet"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+}
+
 TEST_F(SmallRecipeTest, CrashedRankIsAJunitErrorNamingTheRank) {
   testing::CommandResult r = Run("crash", {}, {{"BITPARITY_FAULT", "crash,rank=1,iteration=2"}});
   EXPECT_EQ(r.exit_code, 3) << r.output;

@@ -3,9 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -110,14 +113,65 @@ class RecipeRun {
     std::stable_partition(arms_.begin(), arms_.end(),
                           [&](const std::string& a) { return a == recipe_.compare.baseline; });
     if (options_.repeats < 1) throw InputError("--repeats must be >= 1");
+    for (size_t i = 0; i < arms_.size(); ++i) {
+      if (std::count(arms_.begin(), arms_.end(), arms_[i]) > 1) {
+        throw InputError("--arms names '" + arms_[i] +
+                         "' twice; each arm trains once into its own folder");
+      }
+    }
+    if (options_.update_golden && options_.no_golden) {
+      throw InputError(
+          "--update-golden with --no-golden: a golden is replaced only after it was compared "
+          "(drop --no-golden; a golden that cannot be read must be removed by hand)");
+    }
+    if (options_.update_golden && options_.repeats < 2) {
+      throw InputError(
+          "--update-golden needs --repeats >= 2: a golden comes from a run whose "
+          "reproducibility was checked, got --repeats " +
+          std::to_string(options_.repeats));
+    }
     perturbations_ = ParsePerturbations(options_.perturb, arms_, options_.repeats);
     out_dir_ = options_.out_dir.empty() ? "out/" + recipe_.name : options_.out_dir;
     baseline_ = recipe_.compare.baseline;
     fingerprint_ = LocalFingerprint(recipe_);
-    LoadGolden();
     std::error_code ec;
+    if (fs::exists(goldens_.dir(), ec) && !fs::is_directory(goldens_.dir(), ec)) {
+      throw InputError(goldens_.dir() + ": the golden store is not a directory");
+    }
+    LoadGolden();
+    PrepareOutput();
+  }
+
+  // Every folder the runs write, made before any training: an output path that cannot take
+  // them is bad input now, not a failure after the training.
+  void PrepareOutput() {
+    std::error_code ec;
+    if (fs::exists(out_dir_, ec) && !fs::is_directory(out_dir_, ec)) {
+      throw InputError(out_dir_ + ": --out is a file, expected a directory");
+    }
     fs::create_directories(out_dir_, ec);
     if (ec) throw InputError(out_dir_ + ": cannot create the output directory: " + ec.message());
+    for (const std::string& arm : arms_) {
+      for (int64_t k = 1; k <= options_.repeats; ++k) {
+        const fs::path dir = fs::path(out_dir_) / arm / ("run" + std::to_string(k));
+        fs::create_directories(dir, ec);
+        if (ec) {
+          throw InputError(dir.string() +
+                           ": cannot create the run's output directory: " + ec.message());
+        }
+      }
+    }
+    const fs::path probe = fs::path(out_dir_) / (".write-probe." + std::to_string(::getpid()));
+    {
+      std::ofstream out(probe);
+      out << "probe\n";
+      out.flush();
+      if (!out) {
+        throw InputError(out_dir_ +
+                         ": the output directory is not writable: " + std::strerror(errno));
+      }
+    }
+    fs::remove(probe, ec);
   }
 
   // The golden for this fingerprint, read before any training so that an unusable one is
@@ -172,7 +226,12 @@ class RecipeRun {
         run.arm = arm;
         run.index = k;
         const fs::path dir = fs::path(out_dir_) / arm / ("run" + std::to_string(k));
-        fs::create_directories(dir);
+        std::error_code ec;
+        fs::create_directories(dir, ec);
+        if (ec) {
+          throw InfrastructureError(dir.string() +
+                                    ": cannot create the run's output directory: " + ec.message());
+        }
         run.trace_path = (dir / "trace.h5").string();
         run.environment = EnvironmentFor(arm, k);
         LaunchOptions launch = Launch(arm, run.trace_path, run.environment);

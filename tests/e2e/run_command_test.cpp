@@ -296,6 +296,39 @@ TEST_F(SmallRecipeTest, SubsetsOfArmsAndRepeats) {
   EXPECT_NE(message.find("arm 'reference' was not run"), std::string::npos) << message;
   EXPECT_EQ(Run("bad", {"--arms", "nope"}).exit_code, 2);
   EXPECT_EQ(Run("bad", {"--perturb", "overlap:9:rank=0"}).exit_code, 2);
+  // Refused with the reason before anything trains.
+  for (const auto& [extra, reason] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--arms", "reference,reference"}, "--arms names 'reference' twice"},
+           {{"--update-golden", "--no-golden"}, "--update-golden with --no-golden"},
+           {{"--update-golden", "--repeats", "1"}, "--update-golden needs --repeats >= 2"}}) {
+    testing::CommandResult refused = Run("refused", extra);
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_NE(refused.output.find(reason), std::string::npos) << refused.output;
+    EXPECT_FALSE(fs::exists(dir_.File("refused"))) << "bad input writes nothing";
+  }
+}
+
+TEST_F(SmallRecipeTest, OutputPathsThatCannotTakeTheRunAreBadInputBeforeTraining) {
+  // --out is a file; an arm's folder is a file; the golden store is a file: each is refused
+  // before any rank starts (exit 2, not an abort or an error after the training).
+  const std::string file = dir_.Write("a_file", "x\n");
+  fs::create_directories(dir_.File("arm_is_file"));
+  dir_.Write("arm_is_file/reference", "x\n");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"run", recipe_, "--out", file, "--quiet"}, "--out is a file"},
+      {{"run", recipe_, "--out", dir_.File("arm_is_file"), "--quiet"},
+       "cannot create the run's output directory"},
+      {{"run", recipe_, "--out", dir_.File("g"), "--golden-dir", file, "--quiet"},
+       "the golden store is not a directory"},
+      {{"run", recipe_, "--out", "/proc/bitparity-out", "--quiet"},
+       "cannot create the output directory"}};
+  for (const auto& [args, reason] : cases) {
+    testing::CommandResult r = testing::RunBitparity(args);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(reason), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("iteration"), std::string::npos) << "nothing trained: " << r.output;
+  }
+  EXPECT_EQ(testing::ReadFile(file), "x\n");
 }
 
 }  // namespace

@@ -100,6 +100,8 @@ class RecipeRun {
       RunChecks();
       Localize();
       UpdateGolden();
+    } else {
+      RecordChecksNotRun();
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return Finish(seconds);
@@ -272,6 +274,54 @@ class RecipeRun {
         done = (done / iterations + (done % iterations ? 1 : 0)) * iterations;
         runs_[arm].push_back(std::move(run));
       }
+    }
+  }
+
+  // After an infrastructure error: every check the run would have made, errored with the reason,
+  // so that the JUnit file and the report list the same testcases as a run that completed.
+  void RecordChecksNotRun() {
+    std::string failed_run = "a run";
+    for (const CheckResult& c : checks_) {
+      if (c.kind == CheckKind::kRun && c.verdict == Verdict::kError) failed_run = c.name;
+    }
+    const std::string reason =
+        "not run: " + failed_run + " failed (" + FirstLine(infrastructure_error_) + ")";
+    auto not_run = [&](CheckKind kind, const std::string& arm, const std::string& name) {
+      for (const CheckResult& c : checks_) {
+        if (c.name == name) return;
+      }
+      CheckResult check;
+      check.kind = kind;
+      check.arm = arm;
+      check.name = name;
+      check.verdict = Verdict::kError;
+      check.summary = reason;
+      Record(check, {});
+    };
+    const ComparePolicy& policy = recipe_.compare;
+    for (const std::string& arm : arms_)
+      not_run(CheckKind::kReproduces, arm, arm + " reproduces itself");
+    for (const std::string& arm : arms_) {
+      if (arm == baseline_ || std::find(arms_.begin(), arms_.end(), baseline_) == arms_.end()) {
+        continue;
+      }
+      for (const auto& [kind, what] :
+           std::vector<std::pair<CheckKind, std::string>>{{CheckKind::kLoss, "loss"},
+                                                          {CheckKind::kGradients, "gradients"},
+                                                          {CheckKind::kParameters, "parameters"}}) {
+        not_run(kind, arm, arm + " vs " + baseline_ + ": " + what);
+      }
+    }
+    if (policy.memory_model > 0) {
+      for (const std::string& arm : arms_) {
+        not_run(CheckKind::kMemoryModel, arm, arm + ": peak memory vs model");
+      }
+    }
+    for (const MemoryBound& bound : policy.memory) {
+      not_run(CheckKind::kMemory, bound.arm, MemoryCheckName(bound));
+    }
+    if (std::find(arms_.begin(), arms_.end(), baseline_) != arms_.end()) {
+      not_run(CheckKind::kGolden, baseline_, "golden: " + baseline_);
     }
   }
 

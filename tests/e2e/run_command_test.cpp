@@ -283,6 +283,15 @@ TEST_F(SmallRecipeTest, CrashedRankIsAJunitErrorNamingTheRank) {
   const auto& [verdict, message] = junit->cases["reference run 1"];
   EXPECT_EQ(verdict, "error");
   EXPECT_NE(message.find("rank 1 was killed by signal 6"), std::string::npos) << message;
+  // Every check the run would have made is a testcase too, errored with the reason.
+  for (const char* name :
+       {"reference reproduces itself", "overlap reproduces itself", "overlap vs reference: loss",
+        "overlap vs reference: gradients", "overlap vs reference: parameters",
+        "golden: reference"}) {
+    ASSERT_EQ(junit->cases.count(name), 1u) << name;
+    EXPECT_EQ(junit->cases[name].first, "error") << name;
+    EXPECT_NE(junit->cases[name].second.find("not run: "), std::string::npos) << name;
+  }
 }
 
 TEST_F(SmallRecipeTest, SubsetsOfArmsAndRepeats) {

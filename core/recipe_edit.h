@@ -2,7 +2,8 @@
 #define BITPARITY_CORE_RECIPE_EDIT_H_
 
 // Recipes derived from other recipes: a base recipe's text with some keys set or removed (the
-// cells of a matrix, the benchmarks' longer runs, a recipe moved to another device).
+// cells of a matrix, the benchmarks' longer runs, a recipe moved to another device); and what
+// two recipe texts set differently (a golden's recipe against the run's).
 
 #include <cstdint>
 #include <string>
@@ -23,6 +24,11 @@ struct RecipeEdit {
 // a table.
 std::string EditRecipe(const std::string& text, const std::vector<RecipeEdit>& edits,
                        const std::string& path);
+
+// The settings two recipe texts write differently, one line per dotted key in key order
+// ("train.iterations: 10 -> 20", "model.dropout: (absent) -> 0.1"); comments, formatting and the
+// order of keys do not count. A text that is not TOML differs as a whole ("(not TOML)").
+std::vector<std::string> RecipeSettingChanges(const std::string& before, const std::string& after);
 
 }  // namespace bitparity
 

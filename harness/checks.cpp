@@ -8,6 +8,7 @@
 
 #include "core/enum_names.h"
 #include "core/float_bits.h"
+#include "core/recipe_edit.h"
 #include "core/trace_keys.h"
 
 namespace bitparity {
@@ -326,10 +327,17 @@ CheckResult CheckGolden(const std::string& arm, const Trace& run, const Trace* g
     result.summary = skip_reason;
     return result;
   }
-  if (golden->attribute(trace_keys::kRecipe) != run.attribute(trace_keys::kRecipe)) {
+  // The settings count, not the text: a comment or a reformatting changes no bit.
+  const std::vector<std::string> changes = RecipeSettingChanges(
+      golden->attribute(trace_keys::kRecipe), run.attribute(trace_keys::kRecipe));
+  if (!changes.empty()) {
     result.verdict = Verdict::kFail;
-    result.summary =
-        "the golden was recorded from a different recipe text; regenerate it with --update-golden";
+    std::string listed;
+    for (size_t i = 0; i < changes.size() && i < 5; ++i) listed += (i ? "; " : "") + changes[i];
+    if (changes.size() > 5) listed += "; and " + std::to_string(changes.size() - 5) + " more";
+    result.summary = "the golden was recorded from a recipe with other settings (" + listed +
+                     "); regenerate it with --update-golden";
+    for (const std::string& change : changes) result.details += change + "\n";
     return result;
   }
   result.figures["golden_git_revision"] = golden->attribute(trace_keys::kGoldenGitRevision);

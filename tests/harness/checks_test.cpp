@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "core/recipe_edit.h"
 #include "core/trace_keys.h"
 #include "harness/fingerprint.h"
 #include "harness/matrix_command.h"
@@ -106,16 +107,30 @@ TEST(Checks, MemoryModelNeedsAPredictionAndGatesOnTheRelativeError) {
   EXPECT_NEAR(c.figures["worst_relative_error"].get<double>(), 0.2525, 1e-9);
 }
 
-TEST(Checks, GoldenOfAnotherRecipeTextFailsAndAMissingOneIsSkipped) {
-  const Trace run = testing::MakeTrace(1, 2);
+TEST(Checks, GoldenOfOtherRecipeSettingsFailsNamingThemAndAMissingOneIsSkipped) {
+  Trace run = testing::MakeTrace(1, 2);
+  run.attributes[trace_keys::kRecipe] = "# the run\n[model]\nhidden = 8\nlayers = 2\n";
   Trace golden = run;
   EXPECT_EQ(CheckGolden("reference", run, &golden, "").verdict, Verdict::kPass);
   EXPECT_EQ(CheckGolden("reference", run, nullptr, "no golden").verdict, Verdict::kSkipped);
-  golden.attributes[trace_keys::kRecipe] = "[model]\nhidden = 8\n";
+  // Comments, spacing and key order are no setting.
+  golden.attributes[trace_keys::kRecipe] = "[model]  # edited\nlayers=2\nhidden   = 8\n";
+  EXPECT_EQ(CheckGolden("reference", run, &golden, "").verdict, Verdict::kPass);
+  golden.attributes[trace_keys::kRecipe] = "[model]\nhidden = 16\nlayers = 2\nheads = 2\n";
   CheckResult c = CheckGolden("reference", run, &golden, "");
   EXPECT_EQ(c.kind, CheckKind::kGolden);
   EXPECT_EQ(c.verdict, Verdict::kFail);
-  EXPECT_NE(c.summary.find("different recipe text"), std::string::npos) << c.summary;
+  EXPECT_NE(c.summary.find("other settings (model.heads: 2 -> (absent); model.hidden: 16 -> 8)"),
+            std::string::npos)
+      << c.summary;
+}
+
+TEST(Checks, RecipeSettingChangesIgnoreTheTextAroundTheSettings) {
+  EXPECT_TRUE(
+      RecipeSettingChanges("a = 1\n[t]\nb = 'x'\n", "# c\na=1\n[t]\nb = \"x\"  # same\n").empty());
+  EXPECT_EQ(RecipeSettingChanges("[t]\nb = 1.5\n", "[t]\nb = 2.5\nc = [1, 2]\n"),
+            (std::vector<std::string>{"t.b: 1.5 -> 2.5", "t.c: (absent) -> [ 1, 2 ]"}));
+  EXPECT_EQ(RecipeSettingChanges("[t\n", "[t]\n").size(), 1u);
 }
 
 std::map<std::string, std::string> Provenance() {

@@ -186,6 +186,7 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
   LaunchOptions launch;
   launch.executable = SelfExecutable();
   launch.worker.recipe_path = recipe.path;
+  launch.recipe_text = recipe.text;
   launch.worker.arm = arm_name;
   launch.trace_path = o.out;
   launch.log_dir = o.log_dir.empty() ? o.out + ".logs" : o.log_dir;
@@ -311,6 +312,8 @@ int RunWorkerCommand(int argc, char** argv) {
                  "Stop after this iteration (0: run them all)");
   app.add_flag(kWorkerFlagMemoryTimeline, request.memory_timeline,
                "Record live bytes at every phase mark");
+  app.add_option(kWorkerFlagRecipeDigest, request.recipe_digest,
+                 "Digest of the recipe text the launcher read (the rank refuses another)");
   if (std::optional<int> exit_code = Parse(app, argc, argv)) return *exit_code;
   return RunMappingErrors([&] { return RunWorker(request); }, std::cerr, kRankExitFailed);
 }

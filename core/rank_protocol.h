@@ -24,6 +24,7 @@ inline constexpr char kWorkerFlagOutDir[] = "--out-dir";
 inline constexpr char kWorkerFlagDumpAt[] = "--dump-at";
 inline constexpr char kWorkerFlagStopAfter[] = "--stop-after";
 inline constexpr char kWorkerFlagMemoryTimeline[] = "--memory-timeline";
+inline constexpr char kWorkerFlagRecipeDigest[] = "--recipe-digest";
 
 // Variables the harness sets for a rank (the world's own, RANK, WORLD_SIZE, MASTER_ADDR, ..., are
 // torchrun's and Slurm's; see core/rank_context.h).
@@ -40,6 +41,8 @@ inline constexpr int kRankExitFailed = 1;
 // `out_dir` (RankPartFileName).
 struct WorkerRequest {
   std::string recipe_path;
+  // RecipeDigest of the text the launcher read; the rank refuses a recipe file that differs.
+  std::string recipe_digest;
   std::string arm;
   std::string out_dir;
   std::vector<int64_t> dump_at;  // also store full main grads at these iterations

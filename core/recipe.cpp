@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -11,6 +12,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/digest.h"
 #include "core/enum_names.h"
 #include "core/errors.h"
 #include "core/names.h"
@@ -395,6 +397,13 @@ Recipe LoadRecipe(const std::string& path) {
   std::ostringstream buffer;
   buffer << in.rdbuf();
   return ParseRecipe(buffer.str(), path);
+}
+
+std::string RecipeDigest(const std::string& text) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx",
+                static_cast<unsigned long long>(Digest(text.data(), text.size())));
+  return hex;
 }
 
 }  // namespace bitparity

@@ -219,6 +219,9 @@ struct Recipe {
 
 // Parses and validates a recipe file. Throws InputError listing every problem found.
 Recipe LoadRecipe(const std::string& path);
+
+// The content digest of a recipe's text (16 hex digits of XXH3), recorded in every trace.
+std::string RecipeDigest(const std::string& text);
 // Same, from text already in memory; `path` is only used in messages.
 Recipe ParseRecipe(const std::string& text, const std::string& path);
 

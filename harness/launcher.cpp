@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "core/errors.h"
+#include "core/recipe.h"
 #include "core/trace.h"
 #include "core/trace_keys.h"
 #include "harness/process.h"
@@ -172,6 +174,21 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
       fs::remove_all(dir, e);
     }
   } cleanup{parts};
+  WorkerRequest base_request = options.worker;
+  if (!options.recipe_text.empty()) {
+    // The copy keeps the file's stem: a recipe without a name key is named after it.
+    const fs::path copy =
+        parts / fs::path(options.worker.recipe_path).filename().replace_extension(".toml");
+    std::ofstream out(copy, std::ios::binary);
+    out << options.recipe_text;
+    out.close();
+    if (!out) {
+      throw InfrastructureError(
+          copy.string() + ": cannot write the ranks' copy of the recipe: " + std::strerror(errno));
+    }
+    base_request.recipe_path = copy.string();
+    base_request.recipe_digest = RecipeDigest(options.recipe_text);
+  }
 
   const int port = world > 1 ? FreeLoopbackPort() : 0;
   // Every rank in one process group (led by rank 0), ended with SIGKILL if the launcher dies.
@@ -185,7 +202,7 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
     fs::remove(logs.back(), ec);
     ProcessOptions process;
     process.executable = options.executable;
-    WorkerRequest request = options.worker;
+    WorkerRequest request = base_request;
     request.out_dir = parts.string();
     process.arguments = WorkerArguments(request);
     process.set_environment = {{"RANK", std::to_string(r)},

@@ -23,6 +23,10 @@ struct LaunchOptions {
   std::string executable;  // the bitparity binary (its `worker` subcommand)
   // What every rank is asked to do; the launcher sets out_dir to its own parts directory.
   WorkerRequest worker;
+  // The recipe as the caller read it (non-empty): the ranks train this exact text, from a copy
+  // in the launcher's own parts directory, never the recipe file again (an edit of the file
+  // during the run changes nothing); each rank checks the copy's digest.
+  std::string recipe_text;
   std::string trace_path;  // where the merged trace goes (written atomically)
   std::string log_dir;     // rank_<r>.log for every rank
   int64_t world_size = 1;

@@ -206,6 +206,7 @@ class RecipeRun {
     LaunchOptions launch;
     launch.executable = SelfExecutable();
     launch.worker.recipe_path = recipe_.path;
+    launch.recipe_text = recipe_.text;
     launch.worker.arm = arm;
     launch.trace_path = trace;
     launch.log_dir = (fs::path(trace).parent_path() / "logs").string();

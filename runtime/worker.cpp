@@ -37,6 +37,12 @@ std::string RecomputeSummary(const RecomputeConfig& r) {
 
 int Run(const WorkerRequest& request) {
   Recipe recipe = LoadRecipe(request.recipe_path);
+  const std::string digest = RecipeDigest(recipe.text);
+  if (!request.recipe_digest.empty() && digest != request.recipe_digest) {
+    throw InputError(request.recipe_path + ": the recipe's digest is " + digest +
+                     ", the launcher read " + request.recipe_digest +
+                     "; the recipe changed after the run started");
+  }
   for (int64_t it : request.dump_at) {
     if (it < 1 || it > recipe.train.iterations) {
       throw InputError(std::string(kWorkerFlagDumpAt) + " " + std::to_string(it) +
@@ -132,6 +138,7 @@ int Run(const WorkerRequest& request) {
   rank.memory_timeline = MemoryTimeline::Take();
   Trace trace;
   trace.attributes[trace_keys::kRecipe] = recipe.text;
+  trace.attributes[trace_keys::kRecipeDigest] = digest;
   trace.attributes[trace_keys::kRecipePath] = recipe.path;
   trace.attributes[trace_keys::kRecipeName] = recipe.name;
   trace.attributes[trace_keys::kArm] = arm.name;

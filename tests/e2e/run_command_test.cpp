@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <pugixml.hpp>
 
+#include "core/recipe.h"
 #include "core/trace.h"
+#include "core/trace_keys.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
@@ -255,6 +257,23 @@ TEST_F(SmallRecipeTest, CorruptGoldenIsBadInputAndLeftUnchanged) {
   }
 }
 
+TEST_F(SmallRecipeTest, RanksTrainTheRecipeTextTheLauncherRead) {
+  const std::string text = testing::ReadFile(recipe_);
+  testing::CommandResult r = Run("once", {"--arms", "reference", "--repeats", "1", "--no-golden"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Trace trace = ReadTrace(dir_.File("once/reference/run1/trace.h5"));
+  EXPECT_EQ(trace.attribute(trace_keys::kRecipe), text);
+  EXPECT_EQ(trace.attribute(trace_keys::kRecipeDigest), RecipeDigest(text));
+  // A rank handed a recipe whose digest is not the launcher's refuses it (bad input).
+  testing::CommandResult worker =
+      testing::RunBitparity({"worker", "--recipe", recipe_, "--arm", "reference", "--out-dir",
+                             dir_.File("."), "--recipe-digest", "0123456789abcdef"},
+                            {{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  EXPECT_EQ(worker.exit_code, 2) << worker.output;
+  EXPECT_NE(worker.output.find("the recipe changed after the run started"), std::string::npos)
+      << worker.output;
+}
+
 TEST_F(SmallRecipeTest, ArmRefusesToReplaceAnInputOrAFileThatIsNoTrace) {
   const std::string text = testing::ReadFile(recipe_);
   const std::string notes = dir_.Write("notes.txt", "mine\n");
@@ -284,10 +303,9 @@ TEST_F(SmallRecipeTest, CrashedRankIsAJunitErrorNamingTheRank) {
   EXPECT_EQ(verdict, "error");
   EXPECT_NE(message.find("rank 1 was killed by signal 6"), std::string::npos) << message;
   // Every check the run would have made is a testcase too, errored with the reason.
-  for (const char* name :
-       {"reference reproduces itself", "overlap reproduces itself", "overlap vs reference: loss",
-        "overlap vs reference: gradients", "overlap vs reference: parameters",
-        "golden: reference"}) {
+  for (const char* name : {"reference reproduces itself", "overlap reproduces itself",
+                           "overlap vs reference: loss", "overlap vs reference: gradients",
+                           "overlap vs reference: parameters", "golden: reference"}) {
     ASSERT_EQ(junit->cases.count(name), 1u) << name;
     EXPECT_EQ(junit->cases[name].first, "error") << name;
     EXPECT_NE(junit->cases[name].second.find("not run: "), std::string::npos) << name;

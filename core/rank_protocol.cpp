@@ -1,6 +1,7 @@
 #include "core/rank_protocol.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <sstream>
@@ -118,6 +119,15 @@ std::optional<ProgressEvent> ParseProgressLine(const std::string& line) {
     return std::nullopt;
   }
   return event;
+}
+
+std::vector<std::string> ActiveDeveloperSwitches() {
+  std::vector<std::string> active;
+  for (const char* name : {kFaultVariable, kPerturbVariable, kInjectBugVariable}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') active.push_back(std::string(name) + "=" + value);
+  }
+  return active;
 }
 
 }  // namespace bitparity

@@ -32,6 +32,10 @@ inline constexpr char kFaultVariable[] = "BITPARITY_FAULT";           // runtime
 inline constexpr char kPerturbVariable[] = "BITPARITY_PERTURB";       // runtime/debug_switches.h
 inline constexpr char kInjectBugVariable[] = "BITPARITY_INJECT_BUG";  // the same
 
+// The developer switches set in this process's environment, as "NAME=value" (empty when none):
+// each changes what the ranks compute or how they fail, so traces and reports record them.
+std::vector<std::string> ActiveDeveloperSwitches();
+
 // A rank's exit code when it failed on its own (an unexpected exception, not bad input and not
 // a collective that lost its peers): the launcher names such a rank as the culprit. The other
 // codes are core/errors.h's: 0 done, 2 bad input, 3 infrastructure (a peer or the machine).

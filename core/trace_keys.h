@@ -10,14 +10,16 @@ namespace bitparity::trace_keys {
 // File attributes, written by rank 0's process.
 inline constexpr char kRecipe[] = "recipe";               // the recipe's TOML text
 inline constexpr char kRecipeDigest[] = "recipe_digest";  // RecipeDigest of that text
-inline constexpr char kRecipePath[] = "recipe_path";      // where it was read from
-inline constexpr char kRecipeName[] = "recipe_name";      // [recipe] name
-inline constexpr char kArm[] = "arm";                     // the arm's name
-inline constexpr char kEngine[] = "engine";               // reference | overlap
-inline constexpr char kPrecision[] = "precision";         // bf16 | fp8-blockwise | mxfp8 | fp32
-inline constexpr char kDispatcher[] = "dispatcher";       // alltoall | flex
-inline constexpr char kRecompute[] = "recompute";         // none | full/chunk | full/<method>/<n>
-inline constexpr char kWorldSize[] = "world_size";        // ranks, decimal
+// The developer switches a rank saw in its environment ("NAME=value; ..."), when any.
+inline constexpr char kDeveloperSwitches[] = "developer_switches";
+inline constexpr char kRecipePath[] = "recipe_path";  // where it was read from
+inline constexpr char kRecipeName[] = "recipe_name";  // [recipe] name
+inline constexpr char kArm[] = "arm";                 // the arm's name
+inline constexpr char kEngine[] = "engine";           // reference | overlap
+inline constexpr char kPrecision[] = "precision";     // bf16 | fp8-blockwise | mxfp8 | fp32
+inline constexpr char kDispatcher[] = "dispatcher";   // alltoall | flex
+inline constexpr char kRecompute[] = "recompute";     // none | full/chunk | full/<method>/<n>
+inline constexpr char kWorldSize[] = "world_size";    // ranks, decimal
 inline constexpr char kThreadsPerRank[] = "threads_per_rank";  // intra-op threads, decimal
 inline constexpr char kDevice[] = "device";                    // cpu | cuda
 inline constexpr char kCommTransport[] = "comm_transport";     // gloo, nccl, gloo host-staged

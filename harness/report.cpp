@@ -101,6 +101,7 @@ nlohmann::json JsonReport(const RunReport& report) {
   j["baseline"] = report.baseline;
   j["golden"] = {{"path", report.golden_path}, {"present", report.golden_present}};
   j["repeats"] = report.repeats;
+  if (!report.developer_switches.empty()) j["developer_switches"] = report.developer_switches;
   j["seconds"] = report.seconds;
   j["exit_code"] = report.exit_code;
   j["verdict"] = report.exit_code == kExitInfrastructure ? "error"
@@ -146,6 +147,9 @@ std::string ConsoleReport(const RunReport& report) {
   std::snprintf(line, sizeof(line), "%.1f", report.seconds);
   out << "\nrecipe " << report.recipe_name << " (" << report.recipe_path << "), fingerprint "
       << report.fingerprint.key << ", " << line << " s\n";
+  for (const std::string& s : report.developer_switches) {
+    out << "  developer switch active: " << s << "\n";
+  }
   out << "  arm                runs  loss first -> last        peak MiB  model MiB  "
          "s/iteration\n";
   for (const ArmReport& arm : report.arms) {

@@ -63,6 +63,9 @@ struct RunReport {
   std::string timestamp;  // when it started, ISO 8601 UTC without a zone (JUnit's form)
   std::string out_dir;    // where junit.xml and report.json go
   int exit_code = 0;
+  // Developer switches set in the launcher's environment ("NAME=value"), which its ranks
+  // inherit; reported when there are any.
+  std::vector<std::string> developer_switches;
 };
 
 // The exit code of a list of checks: 3 when one is an error, else 1 when one failed, else 0.

@@ -16,6 +16,7 @@
 
 #include "core/clock.h"
 #include "core/errors.h"
+#include "core/rank_protocol.h"
 #include "core/recipe.h"
 #include "core/trace.h"
 #include "core/trace_keys.h"
@@ -94,6 +95,10 @@ class RecipeRun {
 
   RunReport Run() {
     const auto start = Clock::now();
+    for (const std::string& s : developer_switches_) {
+      console_ << "warning: developer switch active: " << s
+               << " (every rank inherits it: this is not an unmodified run)\n";
+    }
     Prepare();
     LaunchAll();
     if (infrastructure_error_.empty()) {
@@ -125,6 +130,11 @@ class RecipeRun {
       throw InputError(
           "--update-golden with --no-golden: a golden is replaced only after it was compared "
           "(drop --no-golden; a golden that cannot be read must be removed by hand)");
+    }
+    if (options_.update_golden && !developer_switches_.empty()) {
+      throw InputError("--update-golden with developer switches set (" +
+                       developer_switches_.front() +
+                       "): a golden must come from an unmodified run; unset them");
     }
     if (options_.update_golden && options_.repeats < 2) {
       throw InputError(
@@ -493,6 +503,7 @@ class RecipeRun {
     report.checks = checks_;
     report.seconds = seconds;
     report.timestamp = started_utc_;
+    report.developer_switches = developer_switches_;
     report.out_dir = out_dir_;
     report.exit_code = ExitCodeOf(checks_);
     WriteFileAtomically((fs::path(out_dir_) / "junit.xml").string(), JunitReport({report}));
@@ -518,6 +529,7 @@ class RecipeRun {
   std::vector<CheckResult> checks_;
   std::vector<std::vector<ComparedRun>> pairs_;  // per check: the runs it compared
   std::string started_utc_ = UtcTimestamp(/*with_zone=*/false);
+  const std::vector<std::string> developer_switches_ = ActiveDeveloperSwitches();
   std::string infrastructure_error_;
   int64_t localize_budget_ = 0;
 };

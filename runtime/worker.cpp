@@ -139,6 +139,11 @@ int Run(const WorkerRequest& request) {
   Trace trace;
   trace.attributes[trace_keys::kRecipe] = recipe.text;
   trace.attributes[trace_keys::kRecipeDigest] = digest;
+  std::string switches_seen;
+  for (const std::string& s : ActiveDeveloperSwitches()) {
+    switches_seen += (switches_seen.empty() ? "" : "; ") + s;
+  }
+  if (!switches_seen.empty()) trace.attributes[trace_keys::kDeveloperSwitches] = switches_seen;
   trace.attributes[trace_keys::kRecipePath] = recipe.path;
   trace.attributes[trace_keys::kRecipeName] = recipe.name;
   trace.attributes[trace_keys::kArm] = arm.name;

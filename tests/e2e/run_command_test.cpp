@@ -274,6 +274,36 @@ TEST_F(SmallRecipeTest, RanksTrainTheRecipeTextTheLauncherRead) {
       << worker.output;
 }
 
+TEST_F(SmallRecipeTest, ExportedDeveloperSwitchesAreRecordedAndKeepGoldensOut) {
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"BITPARITY_PERTURB", "rank=0,iteration=1,param=head,element=0"}};
+  testing::CommandResult refused = Run("switch_golden", {"--update-golden"}, env);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_EQ(refused.output.rfind("warning: developer switch active: BITPARITY_PERTURB=", 0), 0u)
+      << "the first line says so: " << refused.output;
+  EXPECT_NE(refused.output.find("--update-golden with developer switches set"), std::string::npos)
+      << refused.output;
+  EXPECT_FALSE(fs::exists(dir_.File("golden/small")));
+
+  testing::CommandResult r =
+      Run("switch", {"--arms", "reference", "--repeats", "1", "--no-golden"}, env);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json report = nlohmann::json::parse(testing::ReadFile(dir_.File("switch/report.json")));
+  ASSERT_EQ(report["developer_switches"].size(), 1u) << report.dump();
+  EXPECT_EQ(report["developer_switches"][0],
+            "BITPARITY_PERTURB=rank=0,iteration=1,param=head,element=0");
+  const Trace trace = ReadTrace(dir_.File("switch/reference/run1/trace.h5"));
+  EXPECT_EQ(trace.attribute(trace_keys::kDeveloperSwitches),
+            "BITPARITY_PERTURB=rank=0,iteration=1,param=head,element=0");
+  // Without one, neither the report nor the trace mentions any.
+  ASSERT_EQ(Run("clean", {"--arms", "reference", "--repeats", "1", "--no-golden"}).exit_code, 0);
+  nlohmann::json clean = nlohmann::json::parse(testing::ReadFile(dir_.File("clean/report.json")));
+  EXPECT_FALSE(clean.contains("developer_switches"));
+  EXPECT_EQ(ReadTrace(dir_.File("clean/reference/run1/trace.h5"))
+                .attributes.count(trace_keys::kDeveloperSwitches),
+            0u);
+}
+
 TEST_F(SmallRecipeTest, ArmRefusesToReplaceAnInputOrAFileThatIsNoTrace) {
   const std::string text = testing::ReadFile(recipe_);
   const std::string notes = dir_.Write("notes.txt", "mine\n");

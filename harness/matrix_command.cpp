@@ -22,6 +22,7 @@
 #include "core/recipe.h"
 #include "core/recipe_edit.h"
 #include "core/toml_reader.h"
+#include "harness/output_lock.h"
 #include "harness/report.h"
 #include "harness/run_command.h"
 
@@ -310,7 +311,13 @@ int RunMatrix(const MatrixOptions& options, std::ostream& console) {
   }
   if (selected.empty()) throw InputError("--filter '" + options.filter + "' selects no cell");
   const std::string out_dir = options.out_dir.empty() ? "out/" + matrix.name : options.out_dir;
-  fs::create_directories(out_dir);
+  std::error_code ec;
+  if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec)) {
+    throw InputError(out_dir + ": --out is a file, expected a directory");
+  }
+  fs::create_directories(out_dir, ec);
+  if (ec) throw InputError(out_dir + ": cannot create the output directory: " + ec.message());
+  const OutputLock lock(out_dir);
 
   // Cells whose recipe breaks a rule cannot run: skipped, with the validation message.
   std::vector<RunReport> cells(selected.size());

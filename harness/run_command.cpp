@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -24,6 +25,7 @@
 #include "harness/golden_store.h"
 #include "harness/launcher.h"
 #include "harness/localizer.h"
+#include "harness/output_lock.h"
 #include "harness/report.h"
 #include "harness/trace_compare.h"
 
@@ -163,6 +165,7 @@ class RecipeRun {
     }
     fs::create_directories(out_dir_, ec);
     if (ec) throw InputError(out_dir_ + ": cannot create the output directory: " + ec.message());
+    lock_ = std::make_unique<OutputLock>(out_dir_);
     for (const std::string& arm : arms_) {
       for (int64_t k = 1; k <= options_.repeats; ++k) {
         const fs::path dir = fs::path(out_dir_) / arm / ("run" + std::to_string(k));
@@ -530,6 +533,7 @@ class RecipeRun {
   std::vector<std::vector<ComparedRun>> pairs_;  // per check: the runs it compared
   std::string started_utc_ = UtcTimestamp(/*with_zone=*/false);
   const std::vector<std::string> developer_switches_ = ActiveDeveloperSwitches();
+  std::unique_ptr<OutputLock> lock_;  // on out_dir_, from PrepareOutput to the end
   std::string infrastructure_error_;
   int64_t localize_budget_ = 0;
 };

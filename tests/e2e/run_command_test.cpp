@@ -3,7 +3,10 @@
 // caught and localized by the right checks; goldens are recorded, matched, skipped for other
 // fingerprints and never overwritten when unusable; a crashed rank is an error, not a failure.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -302,6 +305,32 @@ TEST_F(SmallRecipeTest, ExportedDeveloperSwitchesAreRecordedAndKeepGoldensOut) {
   EXPECT_EQ(ReadTrace(dir_.File("clean/reference/run1/trace.h5"))
                 .attributes.count(trace_keys::kDeveloperSwitches),
             0u);
+}
+
+TEST_F(SmallRecipeTest, ASecondProcessIsRefusedTheOutputFolderOfAFirst) {
+  // Another process holds the folder's lock (as a running bitparity does).
+  fs::create_directories(dir_.File("busy"));
+  const std::string lock_path = dir_.File("busy/.bitparity.lock");
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  ASSERT_EQ(::write(fd, "4242\n", 5), 5);
+  for (const std::string command : {"run", "matrix"}) {
+    std::vector<std::string> args = {command, recipe_, "--out", dir_.File("busy"), "--quiet"};
+    if (command == "matrix") {
+      args[1] = dir_.Write("m.toml",
+                           "[matrix]\nbase = \"small.toml\"\n[matrix.axes]\nmtp_layers = [0]\n");
+      args.pop_back();
+    }
+    testing::CommandResult r = testing::RunBitparity(args);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("another bitparity process (pid 4242) is writing here"),
+              std::string::npos)
+        << r.output;
+  }
+  EXPECT_FALSE(fs::exists(dir_.File("busy/report.json")));
+  ::close(fd);  // the holder ends: the folder is free again
+  EXPECT_EQ(Run("busy", {"--arms", "reference", "--repeats", "1", "--no-golden"}).exit_code, 0);
 }
 
 TEST_F(SmallRecipeTest, ArmRefusesToReplaceAnInputOrAFileThatIsNoTrace) {

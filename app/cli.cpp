@@ -33,7 +33,8 @@ namespace fs = std::filesystem;
 
 constexpr char kExitCodesHelp[] =
     "Exit codes: 0 pass, 1 a check failed (traces differ), 2 bad input (recipe, command line,\n"
-    "trace or golden; nothing is written), 3 infrastructure fault (a rank crashed or timed out).";
+    "trace or golden; nothing is written), 3 infrastructure fault (a rank crashed or timed out),\n"
+    "130 / 143 interrupted by SIGINT / SIGTERM (ranks ended, temporaries removed, report written).";
 
 std::string RecomputeText(const RecomputeConfig& r) {
   if (!r.full()) return "none";
@@ -466,6 +467,7 @@ int RunCli(int argc, char** argv) {
         }
         if (*matrix) {
           matrix_options.command_line = JoinArgs(argc, argv);
+          const InterruptScope interrupts;
           return RunMatrix(matrix_options, std::cout);
         }
         if (*run) {
@@ -475,9 +477,13 @@ int RunCli(int argc, char** argv) {
             if (!arm.empty()) run_options.arms.push_back(arm);
           }
           run_options.command_line = JoinArgs(argc, argv);
+          const InterruptScope interrupts;
           return RunRecipe(run_options, std::cout).exit_code;
         }
-        if (*arm) return RunArm(arm_options, JoinArgs(argc, argv));
+        if (*arm) {
+          const InterruptScope interrupts;
+          return RunArm(arm_options, JoinArgs(argc, argv));
+        }
         if (*diff) return Diff(diff_a, diff_b, diff_show);
         if (*merge) return Merge(merge_dir, merge_out);
         if (*timeline) {

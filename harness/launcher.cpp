@@ -158,6 +158,62 @@ std::string SelfExecutable() {
   return self.string();
 }
 
+namespace {
+
+volatile std::sig_atomic_t interrupt_signal = 0;
+void RecordInterrupt(int signal) { interrupt_signal = signal; }
+struct sigaction previous_sigint, previous_sigterm;
+
+// The pid of a debris name "<base>.parts.<pid>" or "<base>.tmp.<pid>", or -1.
+pid_t DebrisOwner(const std::string& name) {
+  for (const char* tag : {".parts.", ".tmp."}) {
+    const size_t at = name.rfind(tag);
+    if (at == std::string::npos) continue;
+    const std::string digits = name.substr(at + std::strlen(tag));
+    if (digits.empty() || digits.size() > 9 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    return static_cast<pid_t>(std::stol(digits));
+  }
+  return -1;
+}
+
+}  // namespace
+
+InterruptScope::InterruptScope() {
+  interrupt_signal = 0;
+  struct sigaction action {};
+  action.sa_handler = RecordInterrupt;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, &previous_sigint);
+  ::sigaction(SIGTERM, &action, &previous_sigterm);
+}
+
+InterruptScope::~InterruptScope() {
+  ::sigaction(SIGINT, &previous_sigint, nullptr);
+  ::sigaction(SIGTERM, &previous_sigterm, nullptr);
+}
+
+int InterruptSignal() { return interrupt_signal; }
+
+std::string SignalName(int signal) {
+  if (signal == SIGINT) return "SIGINT";
+  if (signal == SIGTERM) return "SIGTERM";
+  return "signal " + std::to_string(signal);
+}
+
+void RemoveDeadProcessDebris(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const pid_t owner = DebrisOwner(it->path().filename().string());
+    if (owner <= 0 || owner == ::getpid()) continue;
+    if (::kill(owner, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    std::error_code remove_error;
+    fs::remove_all(it->path(), remove_error);
+  }
+}
+
 LaunchResult LaunchArm(const LaunchOptions& options) {
   const auto start = Clock::now();
   LaunchResult result;
@@ -165,6 +221,7 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
   fs::create_directories(options.log_dir);
   const fs::path parts = options.trace_path + ".parts." + std::to_string(::getpid());
   std::error_code ec;
+  RemoveDeadProcessDebris(fs::absolute(parts, ec).parent_path().string());
   fs::remove_all(parts, ec);
   fs::create_directories(parts);
   struct Cleanup {
@@ -239,7 +296,9 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
 
   bool timed_out = false;
+  int interrupted = 0;
   for (;;) {
+    if ((interrupted = InterruptSignal()) != 0) break;
     poll_ranks();
     bool all_done = true, any_failed = false;
     for (const RankStatus& s : status) {
@@ -277,6 +336,14 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
   if (ended_any) SignalProcessGroup(group, SIGKILL);
   for (ChildProcess& c : children) c.Wait();
   result.seconds = elapsed();
+  if (interrupted != 0) {
+    result.exit_code = 128 + interrupted;
+    result.failure = "interrupted by " + SignalName(interrupted) + " after " +
+                     std::to_string(static_cast<int64_t>(result.seconds)) + " s; its " +
+                     std::to_string(world) + " rank(s) were ended (arm '" + options.worker.arm +
+                     "')";
+    return result;
+  }
 
   bool any_failed = false;
   bool all_bad_input = true;

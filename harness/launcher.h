@@ -44,7 +44,30 @@ struct LaunchResult {
   Trace trace;  // the merged trace, as written to trace_path, when exit_code is kExitPass
 };
 
+// Runs the ranks and merges their trace. When the launcher process is interrupted
+// (InterruptScope), the ranks are ended and the result's exit_code is 128 + the signal.
 LaunchResult LaunchArm(const LaunchOptions& options);
+
+// While one is alive, SIGINT and SIGTERM do not end the bitparity process: they are recorded,
+// and the launcher ends its ranks, removes its temporaries and returns, so that the command can
+// write its report (checks errored with "interrupted") and exit with 128 + the signal (130 for
+// SIGINT, 143 for SIGTERM). The previous handlers come back with its end.
+class InterruptScope {
+ public:
+  InterruptScope();
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+};
+
+// The signal recorded since the InterruptScope began (0: none).
+int InterruptSignal();
+// "SIGINT", "SIGTERM" or "signal N".
+std::string SignalName(int signal);
+
+// Removes what interrupted or killed bitparity processes left in `dir`: folders
+// <name>.parts.<pid> and files <name>.tmp.<pid> whose pid no longer runs.
+void RemoveDeadProcessDebris(const std::string& dir);
 
 // A TCP port on the loopback interface that nothing listens on at this moment (the OS's pick).
 // InfrastructureError when no socket can be made.

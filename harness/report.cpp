@@ -104,9 +104,9 @@ nlohmann::json JsonReport(const RunReport& report) {
   if (!report.developer_switches.empty()) j["developer_switches"] = report.developer_switches;
   j["seconds"] = report.seconds;
   j["exit_code"] = report.exit_code;
-  j["verdict"] = report.exit_code == kExitInfrastructure ? "error"
-                 : report.exit_code == kExitCheckFailed  ? "fail"
-                                                         : "pass";
+  j["verdict"] = report.exit_code == kExitPass          ? "pass"
+                 : report.exit_code == kExitCheckFailed ? "fail"
+                                                        : "error";
   j["arms"] = nlohmann::json::object();
   for (const ArmReport& arm : report.arms) {
     nlohmann::json a;

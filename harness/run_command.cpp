@@ -103,6 +103,10 @@ class RecipeRun {
     }
     Prepare();
     LaunchAll();
+    if (infrastructure_error_.empty() && InterruptSignal() != 0) {  // during the last run's end
+      interrupted_ = InterruptSignal();
+      infrastructure_error_ = "interrupted by " + SignalName(interrupted_);
+    }
     if (infrastructure_error_.empty()) {
       RunChecks();
       Localize();
@@ -166,6 +170,7 @@ class RecipeRun {
     fs::create_directories(out_dir_, ec);
     if (ec) throw InputError(out_dir_ + ": cannot create the output directory: " + ec.message());
     lock_ = std::make_unique<OutputLock>(out_dir_);
+    RemoveDeadProcessDebris(out_dir_);  // what interrupted runs left, now that the folder is ours
     for (const std::string& arm : arms_) {
       for (int64_t k = 1; k <= options_.repeats; ++k) {
         const fs::path dir = fs::path(out_dir_) / arm / ("run" + std::to_string(k));
@@ -238,6 +243,11 @@ class RecipeRun {
     const auto start = Clock::now();
     for (const std::string& arm : arms_) {
       for (int64_t k = 1; k <= options_.repeats; ++k) {
+        if (InterruptSignal() != 0) {  // between two runs
+          interrupted_ = InterruptSignal();
+          infrastructure_error_ = "interrupted by " + SignalName(interrupted_);
+          return;
+        }
         ArmRun run;
         run.arm = arm;
         run.index = k;
@@ -270,6 +280,7 @@ class RecipeRun {
         LaunchResult result = LaunchArm(launch);
         run.seconds = result.seconds;
         if (result.exit_code == kExitBadInput) throw InputError(result.failure);
+        if (result.exit_code > 128) interrupted_ = result.exit_code - 128;
         if (result.exit_code != kExitPass) {
           CheckResult error;
           error.kind = CheckKind::kRun;
@@ -294,12 +305,15 @@ class RecipeRun {
   // After an infrastructure error: every check the run would have made, errored with the reason,
   // so that the JUnit file and the report list the same testcases as a run that completed.
   void RecordChecksNotRun() {
-    std::string failed_run = "a run";
+    std::string failed_run;
     for (const CheckResult& c : checks_) {
       if (c.kind == CheckKind::kRun && c.verdict == Verdict::kError) failed_run = c.name;
     }
     const std::string reason =
-        "not run: " + failed_run + " failed (" + FirstLine(infrastructure_error_) + ")";
+        interrupted_ != 0 ? "not run: interrupted by " + SignalName(interrupted_)
+        : failed_run.empty()
+            ? "not run: " + FirstLine(infrastructure_error_)
+            : "not run: " + failed_run + " failed (" + FirstLine(infrastructure_error_) + ")";
     auto not_run = [&](CheckKind kind, const std::string& arm, const std::string& name) {
       for (const CheckResult& c : checks_) {
         if (c.name == name) return;
@@ -508,7 +522,7 @@ class RecipeRun {
     report.timestamp = started_utc_;
     report.developer_switches = developer_switches_;
     report.out_dir = out_dir_;
-    report.exit_code = ExitCodeOf(checks_);
+    report.exit_code = interrupted_ != 0 ? 128 + interrupted_ : ExitCodeOf(checks_);
     WriteFileAtomically((fs::path(out_dir_) / "junit.xml").string(), JunitReport({report}));
     WriteFileAtomically((fs::path(out_dir_) / "report.json").string(),
                         JsonReport(report).dump(2) + "\n");
@@ -534,6 +548,7 @@ class RecipeRun {
   std::string started_utc_ = UtcTimestamp(/*with_zone=*/false);
   const std::vector<std::string> developer_switches_ = ActiveDeveloperSwitches();
   std::unique_ptr<OutputLock> lock_;  // on out_dir_, from PrepareOutput to the end
+  int interrupted_ = 0;               // the signal that interrupted the run (0: none)
   std::string infrastructure_error_;
   int64_t localize_budget_ = 0;
 };

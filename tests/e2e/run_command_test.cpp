@@ -6,12 +6,17 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <pugixml.hpp>
+#include <regex>
+#include <thread>
 
 #include "core/recipe.h"
 #include "core/trace.h"
@@ -331,6 +336,68 @@ TEST_F(SmallRecipeTest, ASecondProcessIsRefusedTheOutputFolderOfAFirst) {
   EXPECT_FALSE(fs::exists(dir_.File("busy/report.json")));
   ::close(fd);  // the holder ends: the folder is free again
   EXPECT_EQ(Run("busy", {"--arms", "reference", "--repeats", "1", "--no-golden"}).exit_code, 0);
+}
+
+// Starts bitparity with `args` (output to `log`), interrupts it with `signal` once `log` shows
+// a training iteration, and returns its exit code.
+int InterruptedExitCode(const std::vector<std::string>& args, const std::string& log, int signal) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<std::string> argv_strings = {testing::BitparityBinary()};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_strings) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline &&
+         testing::ReadFile(log).find("iteration 1/") == std::string::npos) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(child, signal);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST_F(SmallRecipeTest, AnInterruptedRunEndsItsRanksCleansUpAndReports) {
+  // A long recipe, so that the signal lands in the middle of a run.
+  const std::string long_recipe = dir_.Write(
+      "long.toml", std::regex_replace(testing::ReadFile(recipe_), std::regex("iterations = \\d+"),
+                                      "iterations = 400"));
+  // Debris of a process that no longer runs, in the run's folders: removed by the next run.
+  fs::create_directories(dir_.File("int/reference/run1/trace.h5.parts.999999999"));
+  dir_.Write("int/junit.xml.tmp.999999999", "stale\n");
+  for (const auto& [signal, code] :
+       std::vector<std::pair<int, int>>{{SIGINT, 130}, {SIGTERM, 143}}) {
+    const std::string log = dir_.File("int." + std::to_string(signal) + ".log");
+    const int exit_code = InterruptedExitCode(
+        {"run", long_recipe, "--out", dir_.File("int"), "--no-golden"}, log, signal);
+    EXPECT_EQ(exit_code, code) << testing::ReadFile(log);
+    nlohmann::json report = nlohmann::json::parse(testing::ReadFile(dir_.File("int/report.json")));
+    EXPECT_EQ(report["exit_code"], code);
+    EXPECT_EQ(report["verdict"], "error");
+    bool interrupted = false;
+    for (const auto& check : report["checks"]) {
+      EXPECT_EQ(check["verdict"], "error") << check.dump();
+      interrupted |=
+          check["summary"].get<std::string>().find("interrupted by SIG") != std::string::npos;
+    }
+    EXPECT_TRUE(interrupted) << report.dump();
+    ExpectValidJunit(dir_.File("int/junit.xml"));
+    // No temporaries of any process left, and no rank still running.
+    for (const auto& entry : fs::recursive_directory_iterator(dir_.File("int"))) {
+      const std::string name = entry.path().filename().string();
+      EXPECT_EQ(name.find(".parts."), std::string::npos) << entry.path();
+      EXPECT_EQ(name.find(".tmp."), std::string::npos) << entry.path();
+    }
+    EXPECT_TRUE(testing::ProcessesMentioning(long_recipe).empty());
+  }
 }
 
 TEST_F(SmallRecipeTest, ArmRefusesToReplaceAnInputOrAFileThatIsNoTrace) {

@@ -3,6 +3,7 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -353,6 +354,29 @@ class Reader {
     return dims;
   }
 
+  // Before a dataset of `dims` is allocated: its element count must not overflow, and the file must
+  // hold its bytes. HDF5 lets a small file declare an enormous dataset (unwritten chunks read as
+  // fill values); a trace's datasets are written whole, and shuffle + deflate shrinks them by at
+  // most about 1000:1, so a declared size far beyond the stored bytes is a crafted or corrupt file.
+  size_t CheckedCount(hid_t set, const std::string& name, const std::vector<hsize_t>& dims,
+                      size_t element_size) const {
+    constexpr hsize_t kMaxElements = hsize_t{1} << 40;
+    hsize_t count = 1;
+    for (hsize_t d : dims) {
+      if (d != 0 && count > kMaxElements / d) {
+        Fail("dataset '" + name + "' declares more than 2^40 elements");
+      }
+      count *= d;
+    }
+    const hsize_t stored = H5Dget_storage_size(set);
+    const hsize_t bytes = count * element_size;
+    if (bytes > stored * 1100 + (hsize_t{1} << 20)) {
+      Fail("dataset '" + name + "' declares " + std::to_string(bytes) + " bytes but the file " +
+           "stores " + std::to_string(stored) + " (a crafted or corrupt trace)");
+    }
+    return static_cast<size_t>(count);
+  }
+
   // Checks the stored type class and size so that bits read back are the bits written.
   void CheckType(hid_t set, const std::string& name, H5T_class_t cls, size_t size,
                  H5T_sign_t sign = H5T_SGN_ERROR) const {
@@ -376,8 +400,7 @@ class Reader {
       Fail("dataset '" + name + "' has shape [" + JoinShape(got) + "], expected [" +
            JoinShape(want) + "]");
     }
-    size_t count = 1;
-    for (hsize_t d : dims) count *= d;
+    const size_t count = CheckedCount(set.get(), name, dims, sizeof(T));
     std::vector<T> out(count);
     if (count > 0 &&
         H5Dread(set.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
@@ -395,7 +418,8 @@ class Reader {
     }
     std::vector<hsize_t> dims = Dims(set.get(), name);
     if (dims.size() != 1) Fail("dataset '" + name + "' must be one-dimensional");
-    std::vector<char*> raw(dims[0], nullptr);
+    // Variable-length strings are stored as 16-byte heap references.
+    std::vector<char*> raw(CheckedCount(set.get(), name, dims, 16), nullptr);
     Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mem.get(), H5T_VARIABLE);
     H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
@@ -471,15 +495,22 @@ class Reader {
     if (text.empty()) return shape;
     std::stringstream in(text);
     std::string part;
+    int64_t elements = 1;
     while (std::getline(in, part, ',')) {
       try {
         size_t used = 0;
         long long v = std::stoll(part, &used);
-        if (used != part.size() || v < 0) throw std::invalid_argument(part);
+        if (used != part.size() || v < 0 || v > (1LL << 40)) throw std::invalid_argument(part);
         shape.push_back(v);
       } catch (const std::exception&) {
         Fail("parameter '" + param + "' has a malformed shape '" + text + "'");
       }
+    }
+    for (int64_t d : shape) {
+      if (d != 0 && elements > (int64_t{1} << 40) / d) {
+        Fail("parameter '" + param + "' has a shape of more than 2^40 elements: [" + text + "]");
+      }
+      elements *= d;
     }
     return shape;
   }
@@ -504,7 +535,7 @@ class Reader {
     Hid iteration_set = OpenDataset(g, "iteration");
     std::vector<hsize_t> dims = Dims(iteration_set.get(), "iteration");
     if (dims.size() != 1) Fail(group_name + "/iteration must be one-dimensional");
-    const hsize_t n = dims[0];
+    const hsize_t n = CheckedCount(iteration_set.get(), "iteration", dims, sizeof(int64_t));
     std::vector<IterationRecord> records(n);
     for (const IterationColumn& column : kIterationColumns) {
       std::visit(
@@ -563,6 +594,19 @@ class Reader {
         Hid set = OpenDataset(iter_group.get(), tensor_name);
         std::vector<hsize_t> tdims = Dims(set.get(), tensor_name);
         set.Reset();
+        // A dump is a parameter's main grad: it has that parameter's shape.
+        auto param = std::find(rank.param_names.begin(), rank.param_names.end(), tensor_name);
+        if (param == rank.param_names.end()) {
+          Fail("dump '" + tensor_name + "' of iteration " + std::to_string(it) +
+               " names no parameter of rank " + std::to_string(rank.rank));
+        }
+        const std::vector<int64_t>& expected =
+            rank.param_shapes[static_cast<size_t>(param - rank.param_names.begin())];
+        if (std::vector<int64_t>(tdims.begin(), tdims.end()) != expected) {
+          std::vector<int64_t> got(tdims.begin(), tdims.end());
+          Fail("dump '" + tensor_name + "' of iteration " + std::to_string(it) + " has shape [" +
+               JoinShape(got) + "], the parameter's is [" + JoinShape(expected) + "]");
+        }
         TensorDump dump;
         dump.name = tensor_name;
         dump.shape.assign(tdims.begin(), tdims.end());

@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "core/errors.h"
 #include "core/float_bits.h"
@@ -165,6 +167,46 @@ TEST(TraceStorage, MissingLayoutIsBadInput) {
   ASSERT_GE(H5Ldelete(file, "rank_00000/grad_digest", H5P_DEFAULT), 0);
   H5Fclose(file);
   ExpectBadTrace(dir.File("t.h5"), "missing dataset 'grad_digest'");
+}
+
+// Replaces dataset `path` of trace `file` by a chunked float dataset of `dims` with nothing
+// written: HDF5 stores a few hundred bytes and reads the rest as fill values.
+void ReplaceWithEmptyDataset(const std::string& file_path, const std::string& path,
+                             std::vector<hsize_t> dims) {
+  hid_t file = H5Fopen(file_path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  ASSERT_GE(H5Ldelete(file, path.c_str(), H5P_DEFAULT), 0);
+  hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  hid_t create = H5Pcreate(H5P_DATASET_CREATE);
+  std::vector<hsize_t> chunk(dims.size(), 1);
+  H5Pset_chunk(create, static_cast<int>(chunk.size()), chunk.data());
+  hid_t set =
+      H5Dcreate2(file, path.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, create, H5P_DEFAULT);
+  ASSERT_GE(set, 0);
+  H5Dclose(set);
+  H5Pclose(create);
+  H5Sclose(space);
+  H5Fclose(file);
+}
+
+TEST(TraceStorage, ADeclaredSizeTheFileCannotHoldIsBadInputBeforeAllocating) {
+  testing::TempDir dir;
+  // 2^34 iterations (128 GiB of records) declared in a file of a few KiB: refused, not
+  // allocated.
+  WriteTrace(dir.File("huge.h5"), testing::MakeTrace(1, 2));
+  ReplaceWithEmptyDataset(dir.File("huge.h5"), "rank_00000/iteration", {hsize_t{1} << 34});
+  ExpectBadTrace(dir.File("huge.h5"), "(a crafted or corrupt trace)");
+  // A dump whose shape is not its parameter's (w is [3, 4]).
+  WriteTrace(dir.File("shape.h5"), testing::MakeTrace(1, 2));
+  ReplaceWithEmptyDataset(dir.File("shape.h5"), "rank_00000/grad_dumps/iter_000002/w", {4, 3});
+  ExpectBadTrace(dir.File("shape.h5"),
+                 "dump 'w' of iteration 2 has shape [4,3], the parameter's is [3,4]");
+  // A parameter shape whose element count overflows.
+  Trace overflow = testing::MakeTrace(1, 2);
+  overflow.ranks[0].param_shapes[1] = {int64_t{1} << 32, int64_t{1} << 32};
+  overflow.ranks[0].grad_dumps.clear();
+  WriteTrace(dir.File("overflow.h5"), overflow);
+  ExpectBadTrace(dir.File("overflow.h5"), "parameter 'b' has a shape of more than 2^40 elements");
 }
 
 TEST(TraceStorage, IncompleteWorldIsBadInput) {

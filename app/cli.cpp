@@ -176,7 +176,7 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
                        "; refusing to replace an input with a trace");
     }
     try {
-      ReadTrace(o.out, /*require_complete=*/false);
+      ReadTraceIsolated(o.out, /*require_complete=*/false);
     } catch (const std::exception&) {
       throw InputError("--out " + o.out +
                        " exists and is not a bitparity trace; refusing to overwrite it (remove it "
@@ -216,8 +216,8 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
 }
 
 int Diff(const std::string& path_a, const std::string& path_b, int64_t show) {
-  Trace a = ReadTrace(path_a);
-  Trace b = ReadTrace(path_b);
+  Trace a = ReadTraceIsolated(path_a);
+  Trace b = ReadTraceIsolated(path_b);
   CompareScope scope;
   scope.keep = std::max<int64_t>(1, show);
   TraceComparison c = CompareTraces(a, b, scope);
@@ -239,7 +239,7 @@ int Diff(const std::string& path_a, const std::string& path_b, int64_t show) {
 }
 
 int Timeline(const std::string& path, int64_t rank, int64_t iteration, bool csv) {
-  Trace trace = ReadTrace(path);
+  Trace trace = ReadTraceIsolated(path);
   if (rank < 0 || rank >= static_cast<int64_t>(trace.ranks.size())) {
     throw InputError(path + ": has no rank " + std::to_string(rank));
   }

@@ -34,7 +34,7 @@ GoldenLookup GoldenStore::Find(const std::string& recipe_name,
   lookup.path = PathFor(recipe_name, fingerprint);
   if (fs::exists(lookup.path)) {
     try {
-      lookup.golden = ReadTrace(lookup.path);
+      lookup.golden = ReadTraceIsolated(lookup.path);
     } catch (const InputError& e) {
       throw InputError(std::string("golden unusable (left unchanged): ") + e.what());
     }
@@ -47,7 +47,7 @@ GoldenLookup GoldenStore::Find(const std::string& recipe_name,
       if (entry.path().extension() != ".h5") continue;
       std::string why;
       try {
-        Fingerprint other = TraceFingerprint(ReadTrace(entry.path().string()));
+        Fingerprint other = TraceFingerprint(ReadTraceIsolated(entry.path().string()));
         why = "differs in " + fingerprint.DifferingFields(other);
       } catch (const InputError&) {
         why = "unreadable";

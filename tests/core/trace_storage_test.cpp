@@ -209,6 +209,31 @@ TEST(TraceStorage, ADeclaredSizeTheFileCannotHoldIsBadInputBeforeAllocating) {
   ExpectBadTrace(dir.File("overflow.h5"), "parameter 'b' has a shape of more than 2^40 elements");
 }
 
+TEST(TraceStorage, AFileThatCrashesTheHdf5LibraryIsBadInput) {
+  // Found by fuzz/fuzz_trace: a corrupt global-heap length makes HDF5 1.10's H5HG_read copy
+  // far beyond its buffer while reading a string attribute.
+  const std::string crash =
+      testing::SourceDir() + "/tests/data/fuzz/crashes/hdf5_global_heap_length.h5";
+  try {
+    ReadTraceIsolated(crash);
+    FAIL() << "read a trace that crashes the HDF5 library";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(crash), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the HDF5 library crashed reading it"), std::string::npos)
+        << e.what();
+  }
+  // A good trace reads the same either way; a bad one is the same InputError.
+  testing::TempDir dir;
+  WriteTrace(dir.File("t.h5"), testing::MakeTrace(2, 3));
+  EXPECT_EQ(ReadTraceIsolated(dir.File("t.h5")).ranks.size(), 2u);
+  try {
+    ReadTraceIsolated(dir.File("missing.h5"));
+    FAIL() << "read a missing file";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.h5"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TraceStorage, IncompleteWorldIsBadInput) {
   testing::TempDir dir;
   Trace t = testing::MakeTrace(2, 2);

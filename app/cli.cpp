@@ -450,6 +450,21 @@ int RunCli(int argc, char** argv) {
   merge->add_option("PARTS_DIR", merge_dir, "Directory holding rank_<r>.h5 parts")->required();
   merge->add_option("--out", merge_out, "Trace file to write")->required();
 
+  // A first word that is no subcommand and no option: name it (CLI11 would only say that a
+  // subcommand is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      found |= sub->get_name() == argv[1];
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!found) {
+      std::cerr << "error: unknown command '" << argv[1] << "' (commands: " << known
+                << "; see bitparity --help)" << std::endl;
+      return kExitBadInput;
+    }
+  }
   if (std::optional<int> exit_code = Parse(app, argc, argv)) return *exit_code;
 
   return RunMappingErrors(

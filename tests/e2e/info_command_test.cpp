@@ -20,6 +20,13 @@ TEST(InfoCommand, NamesLibTorchBlasAndTheGpuPath) {
   EXPECT_NE(info.output.find(gpu_path), std::string::npos) << info.output;
 }
 
+TEST(InfoCommand, AnUnknownCommandIsBadInputNamingTheWord) {
+  testing::CommandResult r = testing::RunBitparity({"frobnicate", "recipes/default.toml"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown command 'frobnicate' (commands: run,"), std::string::npos)
+      << r.output;
+}
+
 TEST(InfoCommand, AConflictingPinnedVariableIsBadInput) {
   testing::CommandResult info = testing::RunBitparity({"info"}, {{"MKL_CBWR", "COMPATIBLE"}});
   EXPECT_EQ(info.exit_code, 2) << info.output;

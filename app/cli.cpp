@@ -21,6 +21,7 @@
 #include "core/trace_keys.h"
 #include "harness/launcher.h"
 #include "harness/matrix_command.h"
+#include "harness/resources.h"
 #include "harness/run_command.h"
 #include "harness/trace_compare.h"
 #include "runtime/plan_command.h"
@@ -73,6 +74,9 @@ int Info() {
 
 int Validate(const std::string& path) {
   Recipe recipe = LoadRecipe(path);
+  for (const std::string& warning : CheckResources(recipe, LocalMachine())) {
+    std::cerr << "warning: " << warning << "\n";
+  }
   const ModelConfig& m = recipe.model;
   std::cout << recipe.path << ": ok (recipe '" << recipe.name << "')\n"
             << "  model: hidden " << m.hidden << ", heads " << m.heads << ", layers " << m.layers
@@ -149,6 +153,9 @@ struct ArmOptions {
 
 int RunArm(const ArmOptions& o, const std::string& command_line) {
   Recipe recipe = LoadRecipe(o.recipe);
+  for (const std::string& warning : CheckResources(recipe, LocalMachine())) {
+    std::cerr << "warning: " << warning << "\n";
+  }
   std::string arm_name = o.arm;
   if (arm_name.empty()) {
     if (recipe.arms.size() != 1) {

@@ -27,6 +27,7 @@
 #include "harness/localizer.h"
 #include "harness/output_lock.h"
 #include "harness/report.h"
+#include "harness/resources.h"
 #include "harness/trace_compare.h"
 
 namespace bitparity {
@@ -120,6 +121,9 @@ class RecipeRun {
 
  private:
   void Prepare() {
+    for (const std::string& warning : CheckResources(recipe_, LocalMachine())) {
+      console_ << "warning: " << warning << "\n";
+    }
     arms_ = options_.arms.empty() ? recipe_.arm_names() : options_.arms;
     for (const std::string& arm : arms_) recipe_.arm(arm);  // InputError if unknown
     // The baseline first, then the others in name order.

@@ -13,6 +13,7 @@
 #include "core/trace_keys.h"
 #include "harness/fingerprint.h"
 #include "harness/matrix_command.h"
+#include "harness/resources.h"
 #include "tests/support/test_support.h"
 #include "tests/support/trace_builder.h"
 
@@ -131,6 +132,36 @@ TEST(Checks, RecipeSettingChangesIgnoreTheTextAroundTheSettings) {
   EXPECT_EQ(RecipeSettingChanges("[t]\nb = 1.5\n", "[t]\nb = 2.5\nc = [1, 2]\n"),
             (std::vector<std::string>{"t.b: 1.5 -> 2.5", "t.c: (absent) -> [ 1, 2 ]"}));
   EXPECT_EQ(RecipeSettingChanges("[t\n", "[t]\n").size(), 1u);
+}
+
+TEST(Resources, AModelStateBeyondTheMachinesMemoryIsBadInputWithTheEstimate) {
+  Recipe recipe = ParseRecipe(
+      testing::SmallModelTable(2, 0) + "[parallel]\nep = 2\n[arms.a]\nengine = \"reference\"\n",
+      "r.toml");
+  const int64_t needed = ModelStateBytes(recipe);
+  // Dense parameters once per EP rank, experts once, 16 bytes each.
+  EXPECT_GT(needed, 16 * ParameterCount(recipe.model));
+  EXPECT_LT(needed, 2 * 16 * ParameterCount(recipe.model));
+  MachineResources machine{needed, 64};
+  EXPECT_TRUE(CheckResources(recipe, machine).empty());
+  machine.memory_bytes = needed - 1;
+  try {
+    CheckResources(recipe, machine);
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("r.toml: [model] and [parallel] need at least"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("on each of the ep = 2 ranks"), std::string::npos);
+  }
+  // Far more threads than cores: a warning with the figures.
+  machine.memory_bytes = needed;
+  machine.cores = 1;
+  recipe.parallel.threads = 4;
+  const std::vector<std::string> warnings = CheckResources(recipe, machine);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("2 rank(s) x 4 thread(s) = 8 threads on 1 cores"), std::string::npos)
+      << warnings[0];
 }
 
 std::map<std::string, std::string> Provenance() {

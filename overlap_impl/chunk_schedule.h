@@ -95,8 +95,9 @@ class LayerSchedule {
   // the contraction, the final norm and the bridge to MTP.
   void MhcPostForward(Phase phase);
   at::Tensor MhcPostBackward(const at::Tensor& grad);  // the gradient of the MLP output
-  // The layer's output is `out`: kept for its consumer, and a no-grad layer's nodes released.
-  void FinishLayer(const at::Tensor& out, bool ends_segment);
+  // The layer's output is `out` (made without a graph when `no_grad`): kept for its consumer,
+  // made grad-requiring at a segment's tail, and a no-grad layer's nodes released.
+  void FinishLayer(const at::Tensor& out, bool no_grad);
   // On the last decoder layer under mHC with MTP: `leaf` is the bridge the MTP depth reads; a
   // gradient parked by an MTP pass moves onto it.
   void InstallBridge(const at::Tensor& leaf);

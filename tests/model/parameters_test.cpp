@@ -14,6 +14,20 @@
 namespace bitparity {
 namespace {
 
+// A small model: 16 wide, 2 heads, MTP depths and mHC streams as given.
+ModelConfig SmallConfig(int64_t layers, int64_t mtp_layers, int64_t mhc_streams) {
+  ModelConfig config;
+  config.hidden = 16;
+  config.heads = 2;
+  config.layers = layers;
+  config.moe_ffn = 8;
+  config.ffn = 24;
+  config.vocab = 32;
+  config.mtp_layers = mtp_layers;
+  config.mhc_streams = mhc_streams;
+  return config;
+}
+
 int64_t Registered(const ModelConfig& config, ParameterStore* store) {
   BuildGptWeights(config, ParallelLayout::Make(0, 1, 1, config.experts), store);
   int64_t count = 0;
@@ -24,15 +38,7 @@ int64_t Registered(const ModelConfig& config, ParameterStore* store) {
 TEST(Parameters, CountIsWhatTheModelRegisters) {
   for (int64_t mtp : {0, 1}) {
     for (int64_t streams : {0, 4}) {
-      ModelConfig config;
-      config.hidden = 16;
-      config.heads = 2;
-      config.layers = 3;
-      config.moe_ffn = 8;
-      config.ffn = 24;
-      config.vocab = 32;
-      config.mtp_layers = mtp;
-      config.mhc_streams = streams;
+      const ModelConfig config = SmallConfig(3, mtp, streams);
       ParameterStore store(at::kBFloat16, 1);
       EXPECT_EQ(ParameterCount(config), Registered(config, &store))
           << "mtp " << mtp << ", streams " << streams;
@@ -41,12 +47,7 @@ TEST(Parameters, CountIsWhatTheModelRegisters) {
 }
 
 TEST(Parameters, MhcParametersAreFp32AndStartAtTheirInit) {
-  ModelConfig config;
-  config.hidden = 16;
-  config.heads = 2;
-  config.layers = 2;
-  config.mtp_layers = 1;
-  config.mhc_streams = 4;
+  ModelConfig config = SmallConfig(2, 1, 4);
   config.mhc_init_gating_factor = 0.25;
   ParameterStore store(at::kBFloat16, 1);
   const GptWeights w =

@@ -117,18 +117,8 @@ TEST_P(PaddedParityTest, OverlapEqualsTheReferenceArms) {
   testing::RecipeBuilder builder = Padded(c.pp > 1 ? 4 : 3, c.mtp_layers);
   builder.Set("precision.recipe", c.precision).Set("model.dispatcher", "flex");
   if (c.dropout) builder.Set("model.dropout", 0.1).Set("model.attention_dropout", 0.1);
-  if (c.recompute == "none") {
-    builder.ParityArms("recompute = { granularity = \"none\" }");
-  } else {
-    const size_t dash = c.recompute.find('-');
-    builder.ParityArms(testing::FullRecompute(c.recompute.substr(0, dash),
-                                              std::stoi(c.recompute.substr(dash + 1))));
-  }
-  if (c.pp > 1) {
-    builder.Set("parallel.pp", static_cast<int64_t>(c.pp))
-        .Set("parallel.vpp", int64_t{2})
-        .Set("train.global_batch", int64_t{16});
-  }
+  builder.ParityArms(testing::RecomputeOverride(c.recompute));
+  if (c.pp > 1) builder.TwoChunkPipeline(c.pp);
   testing::ExpectOverlapEqualsReferences(builder.Build(c.name + ".toml"));
 }
 

@@ -114,11 +114,7 @@ TEST_P(DropoutParityTest, OverlapEqualsTheReferenceArms) {
   builder.Set("model.dispatcher", c.dispatcher)
       .Set("precision.recipe", c.precision)
       .ParityArms(testing::FullRecompute(c.method, c.num_layers));
-  if (c.pp > 1) {
-    builder.Set("parallel.pp", static_cast<int64_t>(c.pp))
-        .Set("parallel.vpp", int64_t{2})
-        .Set("train.global_batch", int64_t{16});
-  }
+  if (c.pp > 1) builder.TwoChunkPipeline(c.pp);
   testing::ExpectOverlapEqualsReferences(builder.Build(c.name + ".toml"));
 }
 

@@ -105,13 +105,7 @@ TEST_P(MhcParityTest, OverlapEqualsTheReferenceArms) {
   testing::RecipeBuilder builder = WithMhc(3, c.mtp_layers);
   builder.Set("precision.recipe", c.precision).Set("model.dispatcher", "flex");
   if (c.dropout) builder.Set("model.dropout", 0.1).Set("model.attention_dropout", 0.1);
-  if (c.recompute == "none") {
-    builder.ParityArms("recompute = { granularity = \"none\" }");
-  } else {
-    const size_t dash = c.recompute.find('-');
-    builder.ParityArms(testing::FullRecompute(c.recompute.substr(0, dash),
-                                              std::stoi(c.recompute.substr(dash + 1))));
-  }
+  builder.ParityArms(testing::RecomputeOverride(c.recompute));
   testing::ExpectOverlapEqualsReferences(builder.Build(c.name() + ".toml"));
 }
 

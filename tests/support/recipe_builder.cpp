@@ -80,6 +80,21 @@ std::string FullRecompute(const std::string& method, int num_layers) {
          "\", num_layers = " + std::to_string(num_layers) + " }";
 }
 
+std::string RecomputeOverride(const std::string& setting) {
+  if (setting == "none") return "recompute = { granularity = \"none\" }";
+  const size_t dash = setting.find('-');
+  if (dash == std::string::npos) {
+    throw std::logic_error("RecomputeOverride: '" + setting + "' is not none or METHOD-N");
+  }
+  return FullRecompute(setting.substr(0, dash), std::stoi(setting.substr(dash + 1)));
+}
+
+RecipeBuilder& RecipeBuilder::TwoChunkPipeline(int64_t pp) {
+  return Set("parallel.pp", pp)
+      .Set("parallel.vpp", int64_t{2})
+      .Set("train.global_batch", int64_t{16});
+}
+
 std::string RecipeBuilder::Text() const {
   std::ostringstream out;
   out << root_ << "\n";

@@ -20,6 +20,8 @@ namespace bitparity::testing {
 
 // `recompute = { granularity = "full", method = METHOD, num_layers = N }`, an arm override.
 std::string FullRecompute(const std::string& method, int num_layers);
+// The override of a recompute setting written "none" or "METHOD-N" (e.g. "block-2").
+std::string RecomputeOverride(const std::string& setting);
 
 class RecipeBuilder {
  public:
@@ -40,6 +42,9 @@ class RecipeBuilder {
                             int64_t seq_len);
   // [train] global_batch and iterations.
   RecipeBuilder& Batches(int64_t global_batch, int64_t iterations);
+  // pp pipeline ranks with two model chunks each, and 16 samples per iteration (enough
+  // microbatches for the interleaved schedule).
+  RecipeBuilder& TwoChunkPipeline(int64_t pp);
 
   // Adds [arms.NAME] with `engine` and `overrides`, TOML lines of the arm's table (e.g.
   // "recompute = { granularity = \"full\", method = \"uniform\", num_layers = 1 }").

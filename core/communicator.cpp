@@ -1,12 +1,17 @@
 #include "core/communicator.h"
 
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <string>
+#include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -41,14 +46,54 @@ at::Tensor TransportView(const at::Tensor& t) {
   return t;
 }
 
+// An exception's message without the C++ backtrace LibTorch appends to its own errors.
+std::string MessageOf(const std::exception& e) {
+  if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
+    return error->what_without_backtrace();
+  }
+  return e.what();
+}
+
 // Waits for a collective's work; its failure (a peer gone, a timeout) is an infrastructure fault.
 void WaitFor(c10d::Work& work, const char* what) {
   try {
     work.wait();
   } catch (const std::exception& e) {
-    throw InfrastructureError(std::string(what) + " failed: " + e.what());
+    throw InfrastructureError(std::string(what) + " failed: " + MessageOf(e));
   }
 }
+
+// Ends the process with exit 3 when the rank group has not formed within its limit. The store's
+// client retries its connection with a back-off that runs past the timeout it is given (a rank
+// whose rank 0 never comes waited 13 s on a 6 s timeout), so the limit is kept here instead.
+class FormationWatchdog {
+ public:
+  FormationWatchdog(std::chrono::milliseconds limit, std::string message)
+      : thread_([this, limit, message = std::move(message)] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (cv_.wait_for(lock, limit, [this] { return formed_; })) return;
+          std::fprintf(stderr, "infrastructure error: %s\n", message.c_str());
+          std::fflush(stderr);
+          std::fflush(stdout);
+          ::_exit(kExitInfrastructure);
+        }) {}
+  ~FormationWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      formed_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  FormationWatchdog(const FormationWatchdog&) = delete;
+  FormationWatchdog& operator=(const FormationWatchdog&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool formed_ = false;
+  std::thread thread_;
+};
 
 void CheckSplits(const at::Tensor& t, const std::vector<int64_t>& splits, int64_t world,
                  const char* what) {
@@ -169,6 +214,17 @@ at::Device BindDevice(const RankContext& context, DeviceKind device) {
 std::shared_ptr<Communicator> Communicator::Connect(const RankContext& context, DeviceKind device,
                                                     std::chrono::milliseconds timeout) {
   if (context.world_size == 1) return Local(BindDevice(context, device));
+  // The group forms within 1.5 times the collective timeout (90% of the recipe's timeout_s), or
+  // this rank gives up: a rank started alone must not outwait its recipe.
+  const auto limit = timeout + timeout / 2;
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.1f", static_cast<double>(limit.count()) / 1000.0);
+  const FormationWatchdog watchdog(
+      limit, "rank " + std::to_string(context.rank) + " of " + std::to_string(context.world_size) +
+                 ": the rank group did not form within " + seconds + " s: no full world at " +
+                 context.master_addr + ":" + std::to_string(context.master_port) +
+                 " (start every rank with the same MASTER_ADDR and MASTER_PORT, or raise "
+                 "[parallel] timeout_s)");
   c10::intrusive_ptr<c10d::Store> store;
   try {
     c10d::TCPStoreOptions options;
@@ -184,7 +240,7 @@ std::shared_ptr<Communicator> Communicator::Connect(const RankContext& context, 
   } catch (const std::exception& e) {
     throw InfrastructureError("rank " + std::to_string(context.rank) +
                               ": cannot reach the store at " + context.master_addr + ":" +
-                              std::to_string(context.master_port) + ": " + e.what());
+                              std::to_string(context.master_port) + ": " + MessageOf(e));
   }
   return Join(store, context, device, timeout);
 }
@@ -229,7 +285,7 @@ std::shared_ptr<Communicator> Communicator::Join(const c10::intrusive_ptr<c10d::
   } catch (const std::exception& e) {
     throw InfrastructureError("rank " + std::to_string(context.rank) +
                               ": cannot join the process group at " + context.master_addr + ":" +
-                              std::to_string(context.master_port) + ": " + e.what());
+                              std::to_string(context.master_port) + ": " + MessageOf(e));
   }
   return comm;
 }
@@ -305,7 +361,7 @@ PendingAllToAll Communicator::StartAllToAll(const at::Tensor& input,
     pending.work_->getFuture()->addCallback(
         [completed](c10::ivalue::Future&) { completed->store(SteadyNanoseconds()); });
   } catch (const std::exception& e) {
-    throw InfrastructureError(std::string("all-to-all could not start: ") + e.what());
+    throw InfrastructureError(std::string("all-to-all could not start: ") + MessageOf(e));
   }
   return pending;
 }
@@ -349,7 +405,7 @@ PendingTransfer Communicator::StartTransfer(const char* what, int64_t peer,
     ++stats_.p2p.count;
   } catch (const std::exception& e) {
     throw InfrastructureError(std::string(what) + " with rank " + std::to_string(peer) +
-                              " could not start: " + e.what());
+                              " could not start: " + MessageOf(e));
   }
   return transfer;
 }
@@ -429,7 +485,7 @@ std::vector<at::Tensor> Communicator::AllGather(const at::Tensor& tensor) {
   try {
     group_->allgather(outputs, inputs)->wait();
   } catch (const std::exception& e) {
-    throw InfrastructureError(std::string("all-gather failed: ") + e.what());
+    throw InfrastructureError(std::string("all-gather failed: ") + MessageOf(e));
   }
   std::vector<at::Tensor> result;
   for (at::Tensor& t : outputs[0]) {
@@ -451,7 +507,7 @@ void Communicator::Barrier() {
   try {
     group_->barrier()->wait();
   } catch (const std::exception& e) {
-    throw InfrastructureError(std::string("barrier failed: ") + e.what());
+    throw InfrastructureError(std::string("barrier failed: ") + MessageOf(e));
   }
 }
 

@@ -386,17 +386,27 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
   return recipe;
 }
 
-Recipe LoadRecipe(const std::string& path) {
+std::string ReadTomlFile(const std::string& path, const std::string& kind) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw InputError(path + ": recipe file not found");
+  if (!std::filesystem::exists(path, ec)) throw InputError(path + ": " + kind + " file not found");
   if (std::filesystem::is_directory(path, ec)) {
-    throw InputError(path + ": is a directory, expected a recipe file (.toml)");
+    throw InputError(path + ": is a directory, expected a " + kind + " file (.toml)");
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open recipe file for reading");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return ParseRecipe(buffer.str(), path);
+  if (!in) throw InputError(path + ": cannot open " + kind + " file for reading");
+  std::string text(kMaxTomlFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw InputError(path + ": cannot read " + kind + " file");
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxTomlFileBytes) {
+    throw InputError(path + ": larger than " + std::to_string(kMaxTomlFileBytes >> 20) +
+                     " MiB, not a " + kind + " file (a " + kind + " is a few KiB)");
+  }
+  return text;
+}
+
+Recipe LoadRecipe(const std::string& path) {
+  return ParseRecipe(ReadTomlFile(path, "recipe"), path);
 }
 
 std::string RecipeDigest(const std::string& text) {

@@ -22,6 +22,15 @@
 
 namespace bitparity {
 
+// The largest recipe or matrix file read: real ones are a few KiB, and a bound keeps a path such
+// as /dev/zero from being read until memory runs out.
+inline constexpr size_t kMaxTomlFileBytes = size_t{1} << 20;
+
+// The text of the `kind` file ("recipe", "matrix") at `path`, read once (a pipe such as
+// <(cat r.toml) works). InputError naming `path` when it is missing, a directory, unreadable or
+// larger than kMaxTomlFileBytes. Defined in core/recipe.cpp.
+std::string ReadTomlFile(const std::string& path, const std::string& kind);
+
 // Collects every problem found in one file so that the user sees them all at once.
 class Diagnostics {
  public:

@@ -18,6 +18,7 @@
 #include <utility>
 #include <variant>
 
+#include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/trace_keys.h"
 
@@ -638,11 +639,19 @@ void WriteTrace(const std::string& path, const Trace& trace) {
   if (!fs::is_directory(dir, ec)) {
     throw InfrastructureError(path + ": directory " + dir.string() + " does not exist");
   }
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  Writer writer(temporary);
-  try {
-    Hid file = writer.CheckId(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                              H5Fclose, "create the file");
+  // The file is built in memory (HDF5's core driver without a backing store) and then written by
+  // WriteFileAtomically. HDF5 itself never writes to the disk: a full disk is one failed write(2)
+  // with its errno and nothing half-written, not a failed flush inside HDF5 whose clean-up
+  // crashes the process.
+  std::string image;
+  {
+    Writer writer(path);
+    Hid access =
+        writer.CheckId(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "create file access properties");
+    writer.Check(H5Pset_fapl_core(access.get(), size_t{1} << 20, /*backing_store=*/0),
+                 "select the in-memory file driver");
+    Hid file = writer.CheckId(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()),
+                              H5Fclose, "create the file in memory");
     writer.StringAttribute(file.get(), "schema", kTraceSchema);
     writer.IntAttribute(file.get(), "schema_version", kTraceSchemaVersion);
     for (const auto& [key, value] : trace.attributes) {
@@ -651,16 +660,14 @@ void WriteTrace(const std::string& path, const Trace& trace) {
     }
     for (const RankTrace& rank : trace.ranks) writer.WriteRank(file.get(), rank);
     writer.Check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "flush the file");
-  } catch (...) {
-    fs::remove(temporary, ec);
-    throw;
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    fs::remove(temporary, ec);
-    throw InfrastructureError(path +
-                              ": cannot move the finished trace into place: " + std::strerror(err));
-  }
+    const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
+    if (size <= 0) throw InfrastructureError(path + ": HDF5 failed to size the file image");
+    image.resize(static_cast<size_t>(size));
+    if (H5Fget_file_image(file.get(), image.data(), image.size()) != size) {
+      throw InfrastructureError(path + ": HDF5 failed to copy the file image");
+    }
+  }  // every handle is closed here, each object before the file that holds it
+  WriteFileAtomically(path, image);
 }
 
 Trace ReadTrace(const std::string& path, bool require_complete) {

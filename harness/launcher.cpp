@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/recipe.h"
 #include "core/trace.h"
@@ -41,6 +43,28 @@ std::string LogTail(const std::string& path, size_t lines) {
   std::string out;
   for (const std::string& l : tail) out += "    | " + l + "\n";
   return out.empty() ? "    | (empty log)\n" : out;
+}
+
+// The rank's own account of its failure: the last line of its log that RunMappingErrors wrote
+// ("error: ...", "infrastructure error: ...", "internal error: ..."), without the prefix; empty
+// when there is none.
+std::string RankErrorLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, found;
+  while (std::getline(in, line)) {
+    for (const char* prefix : {"error: ", "infrastructure error: ", "internal error: "}) {
+      if (line.rfind(prefix, 0) == 0) found = line.substr(std::strlen(prefix));
+    }
+  }
+  return found;
+}
+
+// "; the file system of <dir> is full" when it has no byte left for an unprivileged writer: what
+// a rank that could not even write its log says through the launcher.
+std::string FullDiskNote(const std::string& dir) {
+  struct statvfs fs_info {};
+  if (::statvfs(dir.c_str(), &fs_info) != 0 || fs_info.f_bavail > 0) return "";
+  return "; no space left on " + dir + " (0 bytes free)";
 }
 
 // Follows a log file and hands complete new lines to a callback.
@@ -218,12 +242,20 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
   const auto start = Clock::now();
   LaunchResult result;
   const int64_t world = options.world_size;
-  fs::create_directories(options.log_dir);
-  const fs::path parts = options.trace_path + ".parts." + std::to_string(::getpid());
   std::error_code ec;
+  fs::create_directories(options.log_dir, ec);
+  if (ec) {
+    throw InfrastructureError(
+        DescribeWriteError(options.log_dir, "cannot create the log directory", ec.value()));
+  }
+  const fs::path parts = options.trace_path + ".parts." + std::to_string(::getpid());
   RemoveDeadProcessDebris(fs::absolute(parts, ec).parent_path().string());
   fs::remove_all(parts, ec);
-  fs::create_directories(parts);
+  fs::create_directories(parts, ec);
+  if (ec) {
+    throw InfrastructureError(
+        DescribeWriteError(parts.string(), "cannot create the ranks' folder", ec.value()));
+  }
   struct Cleanup {
     fs::path dir;
     ~Cleanup() {
@@ -236,13 +268,7 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
     // The copy keeps the file's stem: a recipe without a name key is named after it.
     const fs::path copy =
         parts / fs::path(options.worker.recipe_path).filename().replace_extension(".toml");
-    std::ofstream out(copy, std::ios::binary);
-    out << options.recipe_text;
-    out.close();
-    if (!out) {
-      throw InfrastructureError(
-          copy.string() + ": cannot write the ranks' copy of the recipe: " + std::strerror(errno));
-    }
+    WriteFileAtomically(copy.string(), options.recipe_text);
     base_request.recipe_path = copy.string();
     base_request.recipe_digest = RecipeDigest(options.recipe_text);
   }
@@ -362,6 +388,11 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
           << culprit << " was still running and was ended";
     } else {
       msg << "rank " << culprit << " " << status[culprit].Describe();
+      const std::string said = RankErrorLine(logs[culprit]);
+      if (!said.empty()) msg << ": " << said;
+      if (said.find("no space left") == std::string::npos) {
+        msg << FullDiskNote(parts.parent_path().empty() ? "." : parts.parent_path().string());
+      }
     }
     msg << " (arm '" << options.worker.arm << "', " << world << " rank(s), after " << result.seconds
         << " s)\n";
@@ -383,7 +414,17 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
     return result;
   }
   for (const auto& [key, value] : options.trace_attributes) result.trace.attributes[key] = value;
-  WriteTrace(options.trace_path, result.trace);
+  // The parts are in memory now: their disk space is given back before the merged trace needs it.
+  fs::remove_all(parts, ec);
+  try {
+    WriteTrace(options.trace_path, result.trace);
+  } catch (const InfrastructureError& e) {
+    result.exit_code = kExitInfrastructure;
+    result.failure =
+        std::string("every rank finished, but the merged trace was not written: ") + e.what();
+    result.trace = Trace();
+    return result;
+  }
   result.exit_code = kExitPass;
   return result;
 }

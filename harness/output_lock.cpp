@@ -13,11 +13,11 @@
 
 namespace bitparity {
 
-OutputLock::OutputLock(const std::string& dir) {
+OutputLock::OutputLock(const std::string& dir, const std::string& advice) {
   const std::string path = (std::filesystem::path(dir) / ".bitparity.lock").string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) {
-    throw InfrastructureError(path + ": cannot create the output lock: " + std::strerror(errno));
+    throw InfrastructureError(path + ": cannot create the lock: " + std::strerror(errno));
   }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
@@ -30,8 +30,8 @@ OutputLock::OutputLock(const std::string& dir) {
     }
     std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown";
     while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-    throw InputError(dir + ": another bitparity process (pid " + pid +
-                     ") is writing here; wait for it or choose another --out");
+    throw InputError(dir + ": another bitparity process (pid " + pid + ") is writing here; " +
+                     advice);
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {

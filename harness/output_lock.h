@@ -13,9 +13,10 @@ namespace bitparity {
 
 class OutputLock {
  public:
-  // Locks `dir` (which must exist). InputError naming `dir` and the holder's pid when another
-  // process holds it; InfrastructureError when the lock file cannot be made.
-  explicit OutputLock(const std::string& dir);
+  // Locks `dir` (which must exist). InputError naming `dir`, the holder's pid and `advice` when
+  // another process holds it; InfrastructureError when the lock file cannot be made.
+  explicit OutputLock(const std::string& dir,
+                      const std::string& advice = "wait for it or choose another --out");
   ~OutputLock();
   OutputLock(const OutputLock&) = delete;
   OutputLock& operator=(const OutputLock&) = delete;

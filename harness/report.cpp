@@ -18,26 +18,6 @@
 
 namespace bitparity {
 
-void WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(temporary, ec);
-      throw InfrastructureError(path + ": cannot write the report");
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::error_code ec;
-    std::filesystem::remove(temporary, ec);
-    throw InfrastructureError(path + ": cannot move the report into place: " + std::strerror(err));
-  }
-}
-
 int ExitCodeOf(const std::vector<CheckResult>& checks) {
   bool failed = false, errored = false;
   for (const CheckResult& c : checks) {

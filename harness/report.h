@@ -87,10 +87,6 @@ std::string FormatChecks(const std::vector<CheckResult>& checks);
 // "PASS", "FAIL" or "ERROR" for an exit code.
 const char* ResultWord(int exit_code);
 
-// Writes `text` to `path` through a temporary file and a rename. InfrastructureError when the
-// file system refuses (the temporary file is removed then).
-void WriteFileAtomically(const std::string& path, const std::string& text);
-
 }  // namespace bitparity
 
 #endif  // BITPARITY_HARNESS_REPORT_H_

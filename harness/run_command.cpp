@@ -1,5 +1,6 @@
 #include "harness/run_command.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/clock.h"
 #include "core/errors.h"
 #include "core/rank_protocol.h"
@@ -160,8 +162,24 @@ class RecipeRun {
     if (fs::exists(goldens_.dir(), ec) && !fs::is_directory(goldens_.dir(), ec)) {
       throw InputError(goldens_.dir() + ": the golden store is not a directory");
     }
+    if (options_.update_golden) LockGoldenFolder();
     LoadGolden();
     PrepareOutput();
+  }
+
+  // --update-golden holds the recipe's folder of the golden store from before the golden is read
+  // until it is replaced, so that two updates of one golden cannot interleave their compare and
+  // replace. Runs that only check a golden take no lock: a replacement is a rename, so they read
+  // the old golden or the new one.
+  void LockGoldenFolder() {
+    const fs::path folder = fs::path(goldens_.PathFor(recipe_.name, fingerprint_)).parent_path();
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    if (ec) {
+      throw InputError(folder.string() + ": cannot create the golden directory: " + ec.message());
+    }
+    golden_lock_ = std::make_unique<OutputLock>(
+        folder.string(), "wait for its --update-golden to finish, then run again");
   }
 
   // Every folder the runs write, made before any training: an output path that cannot take
@@ -185,17 +203,24 @@ class RecipeRun {
         }
       }
     }
+    // A folder the user may not write is bad input; a full disk is the machine's fault (exit 3).
     const fs::path probe = fs::path(out_dir_) / (".write-probe." + std::to_string(::getpid()));
-    {
-      std::ofstream out(probe);
-      out << "probe\n";
-      out.flush();
-      if (!out) {
-        throw InputError(out_dir_ +
-                         ": the output directory is not writable: " + std::strerror(errno));
-      }
+    int error_number = 0;
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      error_number = errno;
+    } else {
+      if (::write(fd, "probe\n", 6) < 0) error_number = errno;
+      ::close(fd);
     }
     fs::remove(probe, ec);
+    if (error_number == ENOSPC || error_number == EDQUOT) {
+      throw InfrastructureError(DescribeWriteError(out_dir_, "cannot write", error_number));
+    }
+    if (error_number != 0) {
+      throw InputError(out_dir_ +
+                       ": the output directory is not writable: " + std::strerror(error_number));
+    }
   }
 
   // The golden for this fingerprint, read before any training so that an unusable one is
@@ -443,7 +468,9 @@ class RecipeRun {
     if (localize_budget_ <= 0) return std::nullopt;
     --localize_budget_;
     const fs::path dir = fs::path(out_dir_) / "localize" / label;
-    fs::create_directories(dir);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return std::nullopt;  // localizing is a help; the check's verdict stands without it
     const std::string trace = (dir / "trace.h5").string();
     LaunchOptions launch =
         Launch(ref.arm, trace, runs_.at(ref.arm).at(static_cast<size_t>(ref.run - 1)).environment);
@@ -551,8 +578,9 @@ class RecipeRun {
   std::vector<std::vector<ComparedRun>> pairs_;  // per check: the runs it compared
   std::string started_utc_ = UtcTimestamp(/*with_zone=*/false);
   const std::vector<std::string> developer_switches_ = ActiveDeveloperSwitches();
-  std::unique_ptr<OutputLock> lock_;  // on out_dir_, from PrepareOutput to the end
-  int interrupted_ = 0;               // the signal that interrupted the run (0: none)
+  std::unique_ptr<OutputLock> lock_;         // on out_dir_, from PrepareOutput to the end
+  std::unique_ptr<OutputLock> golden_lock_;  // on the golden's folder, with --update-golden
+  int interrupted_ = 0;                      // the signal that interrupted the run (0: none)
   std::string infrastructure_error_;
   int64_t localize_budget_ = 0;
 };

@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "core/trace.h"
@@ -142,6 +143,48 @@ TEST(ClusterLaunch, TorchrunStartedWorkersMergeIntoTheLaunchersTrace) {
       testing::RunBitparity({"diff", dir.File("launcher.h5"), dir.File("merged.h5")});
   EXPECT_EQ(diff.exit_code, 0) << diff.output;
 }
+
+// A rank started alone (its peers never come) gives up within the recipe's timeout with exit 3
+// and says why: rank 0 serves the store and waits for clients, rank 1 waits for a server.
+class LoneWorkerTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(LoneWorkerTest, GivesUpWithinTheRecipeTimeout) {
+  testing::TempDir dir;
+  const std::string recipe = dir.Write("r.toml", testing::RecipeBuilder(2, 0)
+                                                     .Set("parallel.timeout_s", 5.0)
+                                                     .Batches(8, 2)
+                                                     .Arm("reference", "reference")
+                                                     .Text());
+  std::filesystem::create_directories(dir.File("parts"));
+  ProcessOptions process;
+  process.executable = testing::BitparityBinary();
+  process.arguments = {"worker",    "--recipe",  recipe,           "--arm",
+                       "reference", "--out-dir", dir.File("parts")};
+  process.unset_environment = {"SLURM_PROCID", "SLURM_NTASKS", "LOCAL_RANK"};
+  process.set_environment = {{"RANK", std::to_string(GetParam())},
+                             {"WORLD_SIZE", "2"},
+                             {"MASTER_ADDR", "127.0.0.1"},
+                             {"MASTER_PORT", std::to_string(FreeLoopbackPort())}};
+  process.output_path = dir.File("rank.log");
+  const auto start = std::chrono::steady_clock::now();
+  const int exit_code = RunProcess(process);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string log = testing::ReadFile(dir.File("rank.log"));
+  EXPECT_EQ(exit_code, 3) << log;
+  EXPECT_LT(seconds, 5.0) << log;
+  // The rank's own message, without the backtrace LibTorch appends to its errors (LibTorch's
+  // log lines of its retries before it keep theirs).
+  const size_t said = log.find("infrastructure error: rank " + std::to_string(GetParam()));
+  ASSERT_NE(said, std::string::npos) << log;
+  EXPECT_EQ(log.find("frame #", said), std::string::npos) << log.substr(said);
+  EXPECT_TRUE(std::filesystem::is_empty(dir.File("parts")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, LoneWorkerTest, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "rank" + std::to_string(info.param);
+                         });
 
 TEST(ClusterLaunch, MergeOfAnIncompleteWorldIsBadInput) {
   testing::TempDir dir;

@@ -163,8 +163,9 @@ TEST_F(SmallRecipeTest, GoldenLifecycle) {
   testing::CommandResult update = Run("update", {"--update-golden"});
   ASSERT_EQ(update.exit_code, 0) << update.output;
   std::vector<fs::path> goldens;
-  for (const auto& e : fs::directory_iterator(dir_.File("golden/small")))
-    goldens.push_back(e.path());
+  for (const auto& e : fs::directory_iterator(dir_.File("golden/small"))) {
+    if (e.path().extension() == ".h5") goldens.push_back(e.path());  // beside the update's lock
+  }
   ASSERT_EQ(goldens.size(), 1u);
   const std::string golden = goldens[0].string();
   Trace recorded = ReadTrace(golden);
@@ -250,8 +251,9 @@ TEST_F(SmallRecipeTest, GoldenLifecycle) {
 TEST_F(SmallRecipeTest, CorruptGoldenIsBadInputAndLeftUnchanged) {
   ASSERT_EQ(Run("update", {"--update-golden"}).exit_code, 0);
   std::string golden;
-  for (const auto& e : fs::directory_iterator(dir_.File("golden/small")))
-    golden = e.path().string();
+  for (const auto& e : fs::directory_iterator(dir_.File("golden/small"))) {
+    if (e.path().extension() == ".h5") golden = e.path().string();
+  }
   fs::resize_file(golden, fs::file_size(golden) / 2);
   const std::string before = testing::ReadFile(golden);
   for (const char* out : {"corrupt", "corrupt_update"}) {
@@ -336,6 +338,33 @@ TEST_F(SmallRecipeTest, ASecondProcessIsRefusedTheOutputFolderOfAFirst) {
   EXPECT_FALSE(fs::exists(dir_.File("busy/report.json")));
   ::close(fd);  // the holder ends: the folder is free again
   EXPECT_EQ(Run("busy", {"--arms", "reference", "--repeats", "1", "--no-golden"}).exit_code, 0);
+}
+
+TEST_F(SmallRecipeTest, AGoldenIsUpdatedByOneProcessAtATime) {
+  // Another process updates this recipe's golden (holds its folder of the store).
+  fs::create_directories(dir_.File("golden/small"));
+  const int fd = ::open(dir_.File("golden/small/.bitparity.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  ASSERT_EQ(::write(fd, "4343\n", 5), 5);
+  testing::CommandResult update = Run("update", {"--arms", "reference", "--update-golden"});
+  EXPECT_EQ(update.exit_code, 2) << update.output;
+  EXPECT_NE(update.output.find(dir_.File("golden/small") +
+                               ": another bitparity process (pid 4343) is writing here; wait for "
+                               "its --update-golden to finish"),
+            std::string::npos)
+      << update.output;
+  EXPECT_FALSE(fs::exists(dir_.File("update/report.json")));
+  // A run that only checks the golden reads it without the lock.
+  EXPECT_EQ(Run("check", {"--arms", "reference", "--repeats", "1"}).exit_code, 0);
+  ::close(fd);
+  testing::CommandResult again = Run("update", {"--arms", "reference", "--update-golden"});
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  int goldens = 0;
+  for (const auto& entry : fs::directory_iterator(dir_.File("golden/small"))) {
+    goldens += entry.path().extension() == ".h5";
+  }
+  EXPECT_EQ(goldens, 1);
 }
 
 // Starts bitparity with `args` (output to `log`), interrupts it with `signal` once `log` shows

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "core/recipe.h"
 #include "core/recipe_edit.h"
 #include "core/trace_keys.h"
 #include "harness/fingerprint.h"
@@ -227,6 +228,50 @@ TEST(MatrixExpansion, ShippedMatrixIsTheFullProductWithAxesInNameOrder) {
   EXPECT_FALSE(CellMatches(m, m.cells.back(), "precision=bf16|mxfp8, dispatcher=alltoall"));
   EXPECT_THROW(CellMatches(m, m.cells.front(), "colour=red"), InputError);
   EXPECT_THROW(CellMatches(m, m.cells.front(), "nonsense"), InputError);
+}
+
+TEST(MatrixExpansion, AProductBeyondTheCellLimitIsRefusedBeforeItIsExpanded) {
+  // Five axes of 6 values would be 7776 cells; the reader refuses before making any.
+  const std::string dir = testing::SourceDir() + "/recipes";
+  std::string six;
+  for (int i = 1; i <= 6; ++i)
+    six += (i > 1 ? ", \"uniform-" : "\"uniform-") + std::to_string(i) + "\"";
+  const std::string text =
+      "[matrix]\nbase = \"matrix_base.toml\"\n[matrix.axes]\n"
+      "recompute = [" +
+      six +
+      "]\nmtp_layers = [0, 1, 2, 3, 4, 5]\n"
+      "precision = [\"bf16\", \"bf16\", \"bf16\", \"bf16\", \"bf16\", \"bf16\"]\n"
+      "dispatcher = [\"flex\", \"flex\", \"flex\", \"flex\", \"flex\", \"flex\"]\n"
+      "pipeline = [\"pp1\", \"pp1\", \"pp1\", \"pp1\", \"pp1\", \"pp1\"]\n";
+  try {
+    ParseMatrix(text, dir + "/big.toml");
+    ADD_FAILURE() << "7776 cells were expanded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("big.toml: [matrix.axes] give more than 4096 cells"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(MatrixExpansion, AMatrixOrBaseThatIsNoSmallFileIsBadInput) {
+  // /dev/zero never ends: the reader stops at its bound instead of filling the memory.
+  try {
+    LoadMatrix("/dev/zero");
+    ADD_FAILURE() << "/dev/zero read as a matrix";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero: larger than 1 MiB, not a matrix file"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    LoadRecipe("/dev/zero");
+    ADD_FAILURE() << "/dev/zero read as a recipe";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero: larger than 1 MiB, not a recipe file"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,179 @@
+// A full disk: every command that writes says "no space left on <path>" with the errno, exits 3
+// (never a crash in a library's clean-up), and leaves only whole files: no temporary, no part of
+// a trace or report, and an older file at the same path unchanged. Each case runs bitparity in a
+// private mount namespace (`unshare -rm`) on a tmpfs of a few KiB; where the machine forbids
+// user namespaces the tests say so and are skipped.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <pugixml.hpp>
+#include <set>
+#include <string>
+
+#include "core/errors.h"
+#include "core/rank_protocol.h"
+#include "core/trace.h"
+#include "core/trace_keys.h"
+#include "harness/process.h"
+#include "tests/support/test_support.h"
+#include "tests/support/trace_builder.h"
+
+namespace bitparity {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string RecipeToml() {
+  return "name = \"small\"\n" + testing::SmallModelTable(3, 1) + R"([parallel]
+ep = 2
+timeout_s = 60
+[train]
+micro_batch = 2
+global_batch = 8
+iterations = 4
+[trace]
+dump_grads_at = [4]
+[arms.reference]
+engine = "reference"
+)";
+}
+
+bool UserNamespacesWork() {
+  ProcessOptions probe;
+  probe.executable = "unshare";
+  probe.arguments = {"-rm", "true"};
+  try {
+    return RunProcess(probe) == 0;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// Runs `command` (a shell command line; $BITPARITY is the binary) with `mount_point` a fresh
+// tmpfs of `size`, then copies what the tmpfs holds to `copy_to`, where the test can look.
+testing::CommandResult RunOnSmallDisk(const std::string& mount_point, const std::string& size,
+                                      const std::string& command, const std::string& copy_to,
+                                      const std::string& prepare = "") {
+  fs::create_directories(mount_point);
+  fs::create_directories(copy_to);
+  const std::string log = copy_to + ".log";
+  ProcessOptions process;
+  process.executable = "unshare";
+  process.arguments = {"-rm", "sh", "-c",
+                       "mount -t tmpfs -o size=" + size + " tmpfs '" + mount_point +
+                           "' || exit 99\n" + prepare + "\n" + command + "\nrc=$?\ncp -a '" +
+                           mount_point + "/.' '" + copy_to + "/'\nexit $rc"};
+  process.set_environment["BITPARITY"] = testing::BitparityBinary();
+  process.output_path = log;
+  testing::CommandResult result;
+  result.exit_code = RunProcess(process);
+  result.output = testing::ReadFile(log);
+  return result;
+}
+
+// Every file under `dir` is whole: no temporary or parts folder is left, each trace reads, each
+// JSON and XML file parses.
+void ExpectOnlyWholeFiles(const std::string& dir) {
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(name.find(".tmp."), std::string::npos) << entry.path();
+    EXPECT_EQ(name.find(".parts."), std::string::npos) << entry.path();
+    EXPECT_EQ(name.find(".write-probe."), std::string::npos) << entry.path();
+    if (!entry.is_regular_file()) continue;
+    const std::string path = entry.path().string();
+    const std::string extension = entry.path().extension().string();
+    if (extension == ".h5") {
+      EXPECT_NO_THROW(ReadTrace(path)) << path;
+    } else if (extension == ".json") {
+      EXPECT_TRUE(nlohmann::json::accept(testing::ReadFile(path))) << path;
+    } else if (extension == ".xml") {
+      pugi::xml_document doc;
+      EXPECT_TRUE(doc.load_file(path.c_str())) << path;
+    }
+  }
+}
+
+class FullDiskTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!UserNamespacesWork()) {
+      GTEST_SKIP() << "`unshare -rm` is not allowed here: no private tmpfs to fill";
+    }
+  }
+  testing::TempDir dir_;
+};
+
+// The run fails where the disk fills: before training (the output folder), at a rank's trace part
+// or at the reports. Whatever the point, exit 3 and the path named, and only whole files left.
+TEST_F(FullDiskTest, RunNamesThePathExitsThreeAndLeavesOnlyWholeFiles) {
+  const std::string recipe = dir_.Write("small.toml", RecipeToml());
+  std::set<std::string> named;  // the kinds of path named across the sizes
+  for (const char* size : {"4k", "12k", "24k", "64k"}) {
+    SCOPED_TRACE(size);
+    const std::string copy = dir_.File(std::string("copy-") + size);
+    testing::CommandResult run =
+        RunOnSmallDisk(dir_.File("disk"), size,
+                       "\"$BITPARITY\" run '" + recipe + "' --out '" + dir_.File("disk/out") +
+                           "' --arms reference --repeats 1 --no-golden --quiet",
+                       copy);
+    EXPECT_EQ(run.exit_code, 3) << run.output;
+    EXPECT_EQ(run.output.find("signal"), std::string::npos) << run.output;
+    const size_t at = run.output.find("no space left on " + dir_.File("disk/out"));
+    ASSERT_NE(at, std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("(errno 28: No space left on device)", at), std::string::npos)
+        << run.output;
+    const std::string path = run.output.substr(at, run.output.find(' ', at + 20) - at);
+    named.insert(path.find("rank_00000.h5") != std::string::npos ? "rank part"
+                 : path.find("report.json") != std::string::npos ||
+                         path.find("junit.xml") != std::string::npos
+                     ? "report"
+                     : path);
+    ExpectOnlyWholeFiles(copy);
+  }
+  EXPECT_TRUE(named.count("rank part")) << ::testing::PrintToString(named);
+  EXPECT_TRUE(named.count("report")) << ::testing::PrintToString(named);
+}
+
+// `bitparity merge` onto a disk that holds the previous merged trace but not the new one: exit 3,
+// the path named, and the previous trace unchanged to the byte.
+TEST_F(FullDiskTest, MergeKeepsThePreviousTraceWhenTheNewOneDoesNotFit) {
+  const Trace whole = testing::MakeTrace(2, 300);
+  fs::create_directories(dir_.File("parts"));
+  for (int64_t r = 0; r < 2; ++r) {
+    Trace part;
+    part.attributes = {{trace_keys::kRecipe, "synthetic"},
+                       {trace_keys::kArm, "reference"},
+                       {trace_keys::kWorldSize, "2"}};
+    part.ranks.push_back(whole.ranks[static_cast<size_t>(r)]);
+    WriteTrace(dir_.File("parts/" + RankPartFileName(r)), part);
+  }
+  Trace previous = testing::MakeTrace(1, 2);
+  previous.attributes[trace_keys::kArm] = "previous";
+  WriteTrace(dir_.File("previous.h5"), previous);
+  const std::string previous_bytes = testing::ReadFile(dir_.File("previous.h5"));
+  // The tmpfs of 64 KiB takes the previous trace, not the new one (each part alone is larger).
+  ASSERT_LT(previous_bytes.size(), 48u * 1024);
+  ASSERT_GT(fs::file_size(dir_.File("parts/" + RankPartFileName(0))), 64u * 1024);
+
+  const std::string copy = dir_.File("copy");
+  testing::CommandResult merge = RunOnSmallDisk(
+      dir_.File("disk"), "64k",
+      "\"$BITPARITY\" merge '" + dir_.File("parts") + "' --out '" + dir_.File("disk/merged.h5") +
+          "'",
+      copy,
+      "cp '" + dir_.File("previous.h5") + "' '" + dir_.File("disk/merged.h5") + "' || exit 98");
+  EXPECT_EQ(merge.exit_code, 3) << merge.output;
+  EXPECT_NE(merge.output.find("no space left on " + dir_.File("disk/merged.h5") +
+                              " (errno 28: No space left on device)"),
+            std::string::npos)
+      << merge.output;
+  EXPECT_EQ(merge.output.find("signal"), std::string::npos) << merge.output;
+  EXPECT_EQ(testing::ReadFile(copy + "/merged.h5"), previous_bytes);
+  ExpectOnlyWholeFiles(copy);
+}
+
+}  // namespace
+}  // namespace bitparity

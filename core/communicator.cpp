@@ -178,8 +178,8 @@ at::Tensor PendingAllToAll::Wait() {
   if (owner_ && !cuda_) {
     const int64_t now = SteadyNanoseconds();
     const int64_t completed = completed_ns() > 0 ? completed_ns() : now;
-    owner_->stats_.in_flight_seconds += (completed - started_ns_) * 1e-9;
-    owner_->stats_.exposed_seconds += (now - wait_begin) * 1e-9;
+    owner_->in_flight_intervals_.emplace_back(started_ns_, completed);
+    owner_->exposed_intervals_.emplace_back(wait_begin, now);
     ++owner_->stats_.count;
   }
   if (cuda_ && completed_ns_->load() == 0) completed_ns_->store(SteadyNanoseconds());
@@ -360,6 +360,8 @@ PendingAllToAll Communicator::StartAllToAll(const at::Tensor& input,
     std::shared_ptr<std::atomic<int64_t>> completed = pending.completed_ns_;
     pending.work_->getFuture()->addCallback(
         [completed](c10::ivalue::Future&) { completed->store(SteadyNanoseconds()); });
+    // Staging and posting the exchange keep this thread from computing: exposed, like the wait.
+    exposed_intervals_.emplace_back(pending.started_ns_, SteadyNanoseconds());
   } catch (const std::exception& e) {
     throw InfrastructureError(std::string("all-to-all could not start: ") + MessageOf(e));
   }
@@ -511,7 +513,51 @@ void Communicator::Barrier() {
   }
 }
 
+namespace {
+
+// `intervals` sorted and merged into disjoint ones.
+std::vector<std::pair<int64_t, int64_t>> Merged(
+    std::vector<std::pair<int64_t, int64_t>> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  std::vector<std::pair<int64_t, int64_t>> merged;
+  for (const auto& [begin, end] : intervals) {
+    if (!merged.empty() && begin <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, end);
+    } else {
+      merged.emplace_back(begin, end);
+    }
+  }
+  return merged;
+}
+
+// The length of the intersection of two sets of disjoint sorted intervals.
+int64_t OverlapLength(const std::vector<std::pair<int64_t, int64_t>>& a,
+                      const std::vector<std::pair<int64_t, int64_t>>& b) {
+  int64_t total = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const int64_t begin = std::max(a[i].first, b[j].first);
+    const int64_t end = std::min(a[i].second, b[j].second);
+    if (end > begin) total += end - begin;
+    if (a[i].second < b[j].second) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
 const CommStats& Communicator::stats() {
+  if (!in_flight_intervals_.empty()) {
+    const auto in_flight = Merged(in_flight_intervals_);
+    int64_t in_flight_ns = 0;
+    for (const auto& [begin, end] : in_flight) in_flight_ns += end - begin;
+    stats_.in_flight_seconds = in_flight_ns * 1e-9;
+    stats_.exposed_seconds = OverlapLength(in_flight, Merged(exposed_intervals_)) * 1e-9;
+  }
   for (const std::shared_ptr<CudaExchange>& e : unresolved_) {
     e->wait_end.synchronize();
     stats_.in_flight_seconds += e->start.elapsedTime(e->done) * 1e-3;
@@ -524,6 +570,8 @@ const CommStats& Communicator::stats() {
 
 void Communicator::ResetStats() {
   unresolved_.clear();
+  in_flight_intervals_.clear();
+  exposed_intervals_.clear();
   stats_ = CommStats();
 }
 

@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <utility>
 #include <vector>
 
 #include "core/clock.h"
@@ -37,9 +38,11 @@ class Store;
 
 namespace bitparity {
 
-// Time spent in all-to-alls: in flight (start to completion) and exposed (the consumer waiting
-// for them). Their ratio says how much communication ran hidden under other work. On GPUs both
-// come from CUDA events (the comm stream's start and end, the compute stream's wait).
+// Time spent in all-to-alls: in flight (start to completion) and exposed (the part of it in which
+// the rank did not compute: on CPUs it staged, posted or waited for an all-to-all, each instant
+// counted once however many were in flight). 1 - exposed / in flight is the share hidden under
+// other work. On GPUs both come from CUDA events (the comm stream's start and end, the compute
+// stream's wait).
 // Point-to-point transfers between pipeline stages: how many, their bytes, and the time the
 // caller spent waiting for them (a send waits for its bytes to leave, a receive for them to
 // arrive).
@@ -203,6 +206,11 @@ class Communicator {
   DeviceKind device_kind_ = DeviceKind::kCpu;
   std::chrono::milliseconds timeout_{0};
   CommStats stats_;
+  // CPU all-to-alls since ResetStats(), as steady-clock intervals: each in flight (start to
+  // completion), and each span this thread spent on one instead of computing (staging and
+  // posting it, waiting for it). stats() measures their unions, so that exchanges in flight
+  // together count once and an exchange hidden under the posting of another is not hidden.
+  std::vector<std::pair<int64_t, int64_t>> in_flight_intervals_, exposed_intervals_;
   std::vector<std::shared_ptr<CudaExchange>> unresolved_;  // GPU exchanges not yet in stats_
   std::shared_ptr<CommStream> comm_stream_;                // NCCL: the communication stream
 };

@@ -374,6 +374,9 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
       if (!known(b.arm)) diag.Add("[[compare.memory]]", "arm names no arm: '" + b.arm + "'");
       if (!known(b.of)) diag.Add("[[compare.memory]]", "of names no arm: '" + b.of + "'");
     }
+    for (const OverlapBound& b : c.overlap) {
+      if (!known(b.arm)) diag.Add("[[compare.overlap]]", "arm names no arm: '" + b.arm + "'");
+    }
   }
 
   // Cross-key rules only make sense once every key parsed.

@@ -165,6 +165,14 @@ struct MemoryBound {
   double at_most = 1.0;
 };
 
+// A gate on the all-to-all overlap: at least `hidden_at_least` of the arm's all-to-all time (in
+// flight, start to completion) ran while the rank computed something else, that is, was not
+// waited for. Checked on every run of the arm; the worst run decides.
+struct OverlapBound {
+  std::string arm;
+  double hidden_at_least = 0.5;
+};
+
 // The cross-arm comparison policy ([compare]).
 struct ComparePolicy {
   std::string baseline;  // the arm every other arm is compared with; its traces are the goldens
@@ -172,6 +180,7 @@ struct ComparePolicy {
   Tolerance gradients;   // grad norm and every main grad (tolerances use the dumped tensors)
   Tolerance params;      // parameters after the step (tolerances use the learning rate only)
   std::vector<MemoryBound> memory;
+  std::vector<OverlapBound> overlap;
   double memory_model = 0;  // > 0: every arm's peak within this relative error of the model
 };
 

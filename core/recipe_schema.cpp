@@ -319,6 +319,30 @@ const KeyTable<ComparePolicy>& CompareKeys() {
                       MemoryBoundKeys().ReadAll(b, &bound);
                       c->memory.push_back(bound);
                     }
+                  })
+          .Custom("overlap", "array of tables", "[]",
+                  "[[compare.overlap]]: bounds on the share of all-to-all time hidden under "
+                  "compute, keys below",
+                  [](TableReader& r, C* c) {
+                    if (!r.Has("overlap")) return;
+                    const toml::node* node = r.Node("overlap");
+                    const toml::array* bounds = node ? node->as_array() : nullptr;
+                    if (!bounds) {
+                      r.Error("overlap", "must be an array of tables ([[compare.overlap]])");
+                      return;
+                    }
+                    for (size_t i = 0; i < bounds->size(); ++i) {
+                      const toml::table* table = (*bounds)[i].as_table();
+                      const std::string where = "[[compare.overlap]] #" + std::to_string(i + 1);
+                      if (!table) {
+                        r.diagnostics()->Add(where, "must be a table");
+                        continue;
+                      }
+                      TableReader b(table, where, r.diagnostics());
+                      OverlapBound bound;
+                      OverlapBoundKeys().ReadAll(b, &bound);
+                      c->overlap.push_back(bound);
+                    }
                   });
   return keys;
 }
@@ -342,6 +366,21 @@ const KeyTable<MemoryBound>& MemoryBoundKeys() {
   return keys;
 }
 
+const KeyTable<OverlapBound>& OverlapBoundKeys() {
+  using B = OverlapBound;
+  static const KeyTable<B> keys =
+      KeyTable<B>("[[compare.overlap]]")
+          .Custom("arm", "string", "", "the gated arm",
+                  [](TableReader& r, B* b) {
+                    if (!r.Has("arm")) r.Error("arm", "must be set");
+                    b->arm = r.String("arm", "");
+                  })
+          .Float("hidden_at_least", &B::hidden_at_least, 0.0, 1.0,
+                 "the least share of the arm's all-to-all time (start to completion) that ran "
+                 "while the rank computed, in its worst run");
+  return keys;
+}
+
 std::vector<RecipeKeyDoc> RecipeKeyDocs() {
   std::vector<RecipeKeyDoc> docs;
   TopLevelKeys().Describe(Recipe(), &docs);
@@ -355,6 +394,7 @@ std::vector<RecipeKeyDoc> RecipeKeyDocs() {
   ArmKeys().Describe(ArmConfig(), &docs);
   CompareKeys().Describe(ComparePolicy(), &docs);
   MemoryBoundKeys().Describe(MemoryBound(), &docs);
+  OverlapBoundKeys().Describe(OverlapBound(), &docs);
   return docs;
 }
 

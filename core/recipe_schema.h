@@ -187,6 +187,8 @@ const KeyTable<ArmConfig>& ArmKeys();
 // [compare]; each entry of [[compare.memory]] is read by MemoryBoundKeys.
 const KeyTable<ComparePolicy>& CompareKeys();
 const KeyTable<MemoryBound>& MemoryBoundKeys();
+// Each entry of [[compare.overlap]].
+const KeyTable<OverlapBound>& OverlapBoundKeys();
 
 // Every key of a recipe, table by table in the order a recipe lists them.
 std::vector<RecipeKeyDoc> RecipeKeyDocs();

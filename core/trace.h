@@ -32,7 +32,7 @@ struct IterationRecord {
   int64_t end_bytes = 0;    // live CPU tensor bytes at the end of the iteration
   double step_seconds = 0;  // wall time (reported, not gated)
   double comm_seconds = 0;  // all-to-alls in flight, summed (reported)
-  double comm_exposed_seconds = 0;      // of which the schedule waited for them (reported)
+  double comm_exposed_seconds = 0;      // of which the rank posted or waited for them (reported)
   int64_t comm_count = 0;               // all-to-alls completed (reported)
   int64_t p2p_count = 0;                // pipeline point-to-point transfers (reported)
   int64_t p2p_bytes = 0;                // their bytes (reported)

@@ -25,6 +25,7 @@ constexpr EnumName<CheckKind> kCheckKindNames[] = {{CheckKind::kReproduces, "rep
                                                    {CheckKind::kParameters, "parameters"},
                                                    {CheckKind::kMemoryModel, "memory_model"},
                                                    {CheckKind::kMemory, "memory"},
+                                                   {CheckKind::kOverlap, "overlap"},
                                                    {CheckKind::kGolden, "golden"},
                                                    {CheckKind::kRun, "run"},
                                                    {CheckKind::kCell, "cell"}};
@@ -316,6 +317,68 @@ CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak
                 peak_arm / 1048576.0, ratio, bound.of.c_str(), peak_of / 1048576.0, bound.at_most);
   result.summary = line;
   if (ratio > bound.at_most) result.verdict = Verdict::kFail;
+  return result;
+}
+
+double AllToAllTime::hidden_fraction() const {
+  if (in_flight_seconds <= 0) return 0.0;
+  return std::clamp(1.0 - exposed_seconds / in_flight_seconds, 0.0, 1.0);
+}
+
+AllToAllTime AllToAllTimeOf(const Trace& trace) {
+  AllToAllTime time;
+  for (const RankTrace& rank : trace.ranks) {
+    const bool skip_first = rank.iterations.size() > 1;
+    for (const IterationRecord& it : rank.iterations) {
+      if (skip_first && &it == &rank.iterations.front()) continue;
+      time.count += it.comm_count;
+      time.in_flight_seconds += it.comm_seconds;
+      time.exposed_seconds += it.comm_exposed_seconds;
+    }
+  }
+  return time;
+}
+
+std::string OverlapCheckName(const OverlapBound& bound) {
+  return bound.arm + ": all-to-all hidden";
+}
+
+CheckResult CheckOverlap(const OverlapBound& bound, const std::vector<const Trace*>& runs) {
+  CheckResult result = NewCheck(CheckKind::kOverlap, bound.arm, OverlapCheckName(bound));
+  result.figures["hidden_at_least"] = bound.hidden_at_least;
+  nlohmann::json per_run = nlohmann::json::array();
+  double worst = 1.0;
+  size_t worst_run = 0;
+  AllToAllTime worst_time;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const AllToAllTime time = AllToAllTimeOf(*runs[i]);
+    per_run.push_back({{"count", time.count},
+                       {"in_flight_seconds", time.in_flight_seconds},
+                       {"exposed_seconds", time.exposed_seconds},
+                       {"hidden_fraction", time.hidden_fraction()}});
+    if (time.count == 0) {
+      result.verdict = Verdict::kFail;
+      result.summary = "run " + std::to_string(i + 1) +
+                       " ran no all-to-all (an arm with ep = 1 has nothing to hide)";
+      result.figures["runs"] = per_run;
+      return result;
+    }
+    if (i == 0 || time.hidden_fraction() < worst) {
+      worst = time.hidden_fraction();
+      worst_run = i;
+      worst_time = time;
+    }
+  }
+  result.figures["runs"] = per_run;
+  result.figures["hidden_fraction"] = worst;
+  char line[240];
+  std::snprintf(line, sizeof(line),
+                "%.1f%% of all-to-all time hidden (run %zu of %zu: %.3f s in flight, %.3f s "
+                "of it exposed; bound %.1f%%)",
+                100.0 * worst, worst_run + 1, runs.size(), worst_time.in_flight_seconds,
+                worst_time.exposed_seconds, 100.0 * bound.hidden_at_least);
+  result.summary = line;
+  if (worst < bound.hidden_at_least) result.verdict = Verdict::kFail;
   return result;
 }
 

@@ -28,6 +28,7 @@ enum class CheckKind {
   kParameters,   // arm vs baseline: parameter records
   kMemoryModel,  // an arm's measured peak vs its memory model
   kMemory,       // an arm's peak vs another arm's, under a bound
+  kOverlap,      // the share of an arm's all-to-all time hidden under compute, under a bound
   kGolden,       // the baseline vs its golden
   kRun,          // one run of an arm could not finish (an infrastructure fault)
   kCell,         // a matrix cell that could not run
@@ -72,6 +73,23 @@ CheckResult CheckMemoryModel(const std::string& arm, const Trace& trace, double 
 CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak_of);
 // "<arm> vs <of>: peak memory", the name of a memory bound's check.
 std::string MemoryCheckName(const MemoryBound& bound);
+
+// A run's all-to-all time over every rank and iteration but the first (a warm-up, when there
+// are more): in flight is start to completion, exposed is the time the schedule waited for them.
+struct AllToAllTime {
+  int64_t count = 0;  // all-to-alls
+  double in_flight_seconds = 0;
+  double exposed_seconds = 0;
+  // 1 - exposed / in flight, clamped to [0, 1]; 0 when nothing was in flight.
+  double hidden_fraction() const;
+};
+AllToAllTime AllToAllTimeOf(const Trace& trace);
+
+// "<arm>: all-to-all hidden", the name of an overlap bound's check.
+std::string OverlapCheckName(const OverlapBound& bound);
+// The bound holds for every run in `runs` (the arm's): the worst run's hidden fraction is at
+// least bound.hidden_at_least. An arm that ran no all-to-all fails, saying so.
+CheckResult CheckOverlap(const OverlapBound& bound, const std::vector<const Trace*>& runs);
 
 // The baseline's run against its golden (everything, bitwise). `skip_reason` non-empty: skipped.
 CheckResult CheckGolden(const std::string& arm, const Trace& run, const Trace* golden,

@@ -49,6 +49,7 @@ ArmRunReport SummarizeRun(const Trace& trace, const std::string& trace_path, dou
   for (const RankTrace& rank : trace.ranks) {
     run.memory.push_back({rank.rank, RankPeakBytes(rank), PredictedPeakBytes(rank)});
   }
+  run.all_to_all = AllToAllTimeOf(trace);
   return run;
 }
 
@@ -105,7 +106,12 @@ nlohmann::json JsonReport(const RunReport& report) {
                            {"step_seconds", r.step_seconds},
                            {"peak_bytes", r.peak_bytes},
                            {"peak_bytes_max", r.peak_bytes_max},
-                           {"memory", ranks}});
+                           {"memory", ranks},
+                           {"all_to_all",
+                            {{"count", r.all_to_all.count},
+                             {"in_flight_seconds", r.all_to_all.in_flight_seconds},
+                             {"exposed_seconds", r.all_to_all.exposed_seconds},
+                             {"hidden_fraction", r.all_to_all.hidden_fraction()}}}});
     }
     j["arms"][arm.name] = a;
   }
@@ -131,7 +137,7 @@ std::string ConsoleReport(const RunReport& report) {
     out << "  developer switch active: " << s << "\n";
   }
   out << "  arm                runs  loss first -> last        peak MiB  model MiB  "
-         "s/iteration\n";
+         "s/iteration  a2a hidden\n";
   for (const ArmReport& arm : report.arms) {
     if (arm.runs.empty()) continue;
     const ArmRunReport& first = arm.runs.front();
@@ -143,11 +149,15 @@ std::string ConsoleReport(const RunReport& report) {
     }
     char model[16] = "       -";
     if (predicted >= 0) std::snprintf(model, sizeof(model), "%8.2f", predicted / 1048576.0);
+    char hidden[16] = "-";  // no all-to-all (ep = 1)
+    if (first.all_to_all.count > 0) {
+      std::snprintf(hidden, sizeof(hidden), "%.1f%%", 100.0 * first.all_to_all.hidden_fraction());
+    }
     const size_t n = first.loss.size();
-    std::snprintf(line, sizeof(line), "  %-18s %4zu  %.6f -> %.6f    %8.2f   %s   %8.3f\n",
+    std::snprintf(line, sizeof(line), "  %-18s %4zu  %.6f -> %.6f    %8.2f   %s   %8.3f  %10s\n",
                   arm.name.c_str(), arm.runs.size(), n ? first.loss.front() : 0.0f,
                   n ? first.loss.back() : 0.0f, first.peak_bytes_max / 1048576.0, model,
-                  n ? step / n : 0.0);
+                  n ? step / n : 0.0, hidden);
     out << line;
   }
   out << "checks:\n" << FormatChecks(report.checks);

@@ -377,6 +377,9 @@ class RecipeRun {
     for (const MemoryBound& bound : policy.memory) {
       not_run(CheckKind::kMemory, bound.arm, MemoryCheckName(bound));
     }
+    for (const OverlapBound& bound : policy.overlap) {
+      not_run(CheckKind::kOverlap, bound.arm, OverlapCheckName(bound));
+    }
     if (std::find(arms_.begin(), arms_.end(), baseline_) != arms_.end()) {
       not_run(CheckKind::kGolden, baseline_, "golden: " + baseline_);
     }
@@ -435,6 +438,21 @@ class RecipeRun {
       }
       Record(CheckMemory(bound, PeakBytes(TraceOf(bound.arm, 1)), PeakBytes(TraceOf(bound.of, 1))),
              {});
+    }
+    for (const OverlapBound& bound : policy.overlap) {
+      if (!runs_.count(bound.arm)) {
+        CheckResult skipped;
+        skipped.kind = CheckKind::kOverlap;
+        skipped.arm = bound.arm;
+        skipped.name = OverlapCheckName(bound);
+        skipped.verdict = Verdict::kSkipped;
+        skipped.summary = "arm '" + bound.arm + "' was not run (--arms)";
+        Record(skipped, {});
+        continue;
+      }
+      std::vector<const Trace*> traces;
+      for (const ArmRun& r : runs_.at(bound.arm)) traces.push_back(&*r.trace);
+      Record(CheckOverlap(bound, traces), {});
     }
     if (have_baseline) {
       const Trace& run = TraceOf(baseline_, 1);

@@ -126,6 +126,12 @@ std::vector<at::Tensor> LayerSchedule::ReturnedGrads(AllToAllNode& node) {
   return grads;
 }
 
+void LayerSchedule::WaitIfSynchronous(AllToAllNode& node, Phase phase) {
+  if (!context_->plan->all_to_all_waits_at_start || !node.pending()) return;
+  node.CompleteNow();
+  RecordComm(node, phase);
+}
+
 void LayerSchedule::RecordComm(const AllToAllNode& node, Phase phase) {
   if (!context_->timeline) return;
   const AllToAllNode::Timing& t = node.last_timing();
@@ -207,6 +213,7 @@ void LayerSchedule::DispatchForward() {
   dispatch_.StartForward(
       &context_->model->comm(), std::vector<at::Tensor>(out.begin(), out.begin() + carried),
       std::vector<at::Tensor>(out.begin() + carried, out.end()), SendSplits(), RecvSplits());
+  WaitIfSynchronous(dispatch_, Phase::kForward);
 }
 
 void LayerSchedule::MlpForward(Phase phase) {
@@ -230,6 +237,7 @@ void LayerSchedule::MlpForward(Phase phase) {
 void LayerSchedule::CombineForward() {
   combine_comm_.StartForward(&context_->model->comm(), {mlp_.outputs()[0]}, {}, RecvSplits(),
                              SendSplits());
+  WaitIfSynchronous(combine_comm_, Phase::kForward);
   combine_pending_ = true;
 }
 
@@ -359,6 +367,7 @@ void LayerSchedule::CombineBackward(const at::Tensor& grad) {
   at::Tensor g = combine_.Backward({grad})[0];
   Record("moe_combine", Phase::kBackward, begin);
   combine_comm_.StartBackward({g});
+  WaitIfSynchronous(combine_comm_, Phase::kBackward);
 }
 
 void LayerSchedule::MlpBackward() {
@@ -368,7 +377,10 @@ void LayerSchedule::MlpBackward() {
   Record("mlp", Phase::kBackward, begin);
 }
 
-void LayerSchedule::DispatchBackward() { dispatch_.StartBackward(mlp_input_grads_); }
+void LayerSchedule::DispatchBackward() {
+  dispatch_.StartBackward(mlp_input_grads_);
+  WaitIfSynchronous(dispatch_, Phase::kBackward);
+}
 
 at::Tensor LayerSchedule::AttnBackward() {
   std::vector<at::Tensor> g = ReturnedGrads(dispatch_);

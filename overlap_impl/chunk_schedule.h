@@ -113,6 +113,8 @@ class LayerSchedule {
   // Timeline events (when the engine records a timeline).
   void Record(const char* node, Phase phase, int64_t begin_ns);
   void RecordComm(const AllToAllNode& node, Phase phase);
+  // Under a faulty plan (all_to_all_waits_at_start): waits for `node`'s all-to-all just started.
+  void WaitIfSynchronous(AllToAllNode& node, Phase phase);
   // The all-to-all's result (forward) or returned gradients (backward), waited for here; the
   // wait is a timeline event when it was still in flight.
   std::vector<at::Tensor> Received(AllToAllNode& node, Phase phase);

@@ -150,6 +150,10 @@ struct CombinedStepPlan {
   // and a replay of the producer takes the gradient over from it. A faulty plan takes it from
   // ChunkState::mhc_multistream instead, which the last MTP post-process cleared.
   bool mhc_bridge_parks_gradient = true;
+  // Each all-to-all runs under the compute the plan puts between its start and its consumer. A
+  // faulty plan waits for it right after the start instead: the same bits, nothing hidden (what
+  // the [[compare.overlap]] gate must catch).
+  bool all_to_all_waits_at_start = false;
   // Per chunk-state field (model/chunk_state_field.h): restored by a replay.
   ChunkStateFieldFlags replay_restores = {true, true, true, true, true};
 

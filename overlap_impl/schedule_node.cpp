@@ -154,8 +154,19 @@ void AllToAllNode::StartBackward(const std::vector<at::Tensor>& grads) {
   Start(moving, recv_splits_, send_splits_);
 }
 
+void AllToAllNode::CompleteNow() {
+  if (pending_.empty()) return;
+  if (!backward_) {
+    FinishForward();
+    return;
+  }
+  returned_grads_ = Finish();
+  completed_backward_ = true;
+}
+
 std::vector<at::Tensor> AllToAllNode::FinishBackward() {
-  if (kind_ == Kind::kNull) {
+  if (kind_ == Kind::kNull || completed_backward_) {
+    completed_backward_ = false;
     std::vector<at::Tensor> grads;
     grads.swap(returned_grads_);
     return grads;
@@ -167,6 +178,7 @@ std::vector<at::Tensor> AllToAllNode::FinishBackward() {
 void AllToAllNode::Release() {
   for (PendingAllToAll& p : pending_) p.Wait();
   pending_.clear();
+  completed_backward_ = false;
   received_.clear();
   returned_grads_.clear();
 }

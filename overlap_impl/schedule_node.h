@@ -84,6 +84,10 @@ class AllToAllNode {
   // The gradients of the sent carried tensors; waits for them if needed.
   std::vector<at::Tensor> FinishBackward();
 
+  // Waits for the started all-to-all now (a synchronous all-to-all, a faulty plan's); the next
+  // FinishForward / FinishBackward returns what it received.
+  void CompleteNow();
+
   void Release();
   bool holds_tensors() const;
   bool pending() const { return !pending_.empty(); }
@@ -111,7 +115,9 @@ class AllToAllNode {
   size_t carried_count_ = 0;
   std::vector<bool> carried_requires_grad_;
   std::vector<at::Tensor> received_;
-  std::vector<at::Tensor> returned_grads_;  // a null node's backward
+  // A null node's backward, or a backward all-to-all that CompleteNow finished early.
+  std::vector<at::Tensor> returned_grads_;
+  bool completed_backward_ = false;
   std::vector<PendingAllToAll> pending_;
   bool backward_ = false;
   Timing timing_;

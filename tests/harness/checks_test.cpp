@@ -135,6 +135,43 @@ TEST(Checks, RecipeSettingChangesIgnoreTheTextAroundTheSettings) {
   EXPECT_EQ(RecipeSettingChanges("[t\n", "[t]\n").size(), 1u);
 }
 
+// A trace whose every iteration had `in_flight` seconds of all-to-all, `exposed` of them
+// exposed (the first iteration, a warm-up, is ten times slower and left out).
+Trace TraceWithAllToAll(double in_flight, double exposed) {
+  Trace trace = testing::MakeTrace(2, 3);
+  for (RankTrace& rank : trace.ranks) {
+    for (IterationRecord& it : rank.iterations) {
+      const double warm_up = it.iteration == 1 ? 10.0 : 1.0;
+      it.comm_count = 4;
+      it.comm_seconds = in_flight * warm_up;
+      it.comm_exposed_seconds = exposed * warm_up * (it.iteration == 1 ? 0.0 : 1.0);
+    }
+  }
+  return trace;
+}
+
+TEST(Checks, OverlapBoundGatesTheWorstRunsHiddenShare) {
+  const Trace half = TraceWithAllToAll(0.2, 0.1);
+  const Trace most = TraceWithAllToAll(0.2, 0.02);
+  EXPECT_DOUBLE_EQ(AllToAllTimeOf(half).hidden_fraction(), 0.5);
+  EXPECT_EQ(AllToAllTimeOf(half).count, 2 * 2 * 4);  // 2 ranks x iterations 2..3
+  const OverlapBound bound{"overlap", 0.5};
+  CheckResult pass = CheckOverlap(bound, {&most, &half});
+  EXPECT_EQ(pass.verdict, Verdict::kPass) << pass.summary;
+  EXPECT_NE(pass.summary.find("50.0% of all-to-all time hidden (run 2 of 2"), std::string::npos)
+      << pass.summary;
+  const OverlapBound higher{"overlap", 0.6};
+  CheckResult fail = CheckOverlap(higher, {&most, &half});
+  EXPECT_EQ(fail.verdict, Verdict::kFail) << fail.summary;
+  EXPECT_DOUBLE_EQ(fail.figures["hidden_fraction"].get<double>(), 0.5);
+  EXPECT_EQ(CheckOverlap(higher, {&most}).verdict, Verdict::kPass);
+  // No all-to-all at all (ep = 1) is no proof of overlap.
+  const Trace none = testing::MakeTrace(2, 3);
+  CheckResult nothing = CheckOverlap(OverlapBound{"overlap", 0.0}, {&none});
+  EXPECT_EQ(nothing.verdict, Verdict::kFail);
+  EXPECT_NE(nothing.summary.find("ran no all-to-all"), std::string::npos) << nothing.summary;
+}
+
 TEST(Resources, AModelStateBeyondTheMachinesMemoryIsBadInputWithTheEstimate) {
   Recipe recipe = ParseRecipe(
       testing::SmallModelTable(2, 0) + "[parallel]\nep = 2\n[arms.a]\nengine = \"reference\"\n",

@@ -157,9 +157,9 @@ TEST(ReportOutput, ConsoleSummaryIsPinned) {
   ExpectLines(ConsoleReport(MakeReport(Scenario::kGradientOneUlp)), R"pinned(
 
 recipe tiny (/recipes/tiny.toml), fingerprint cpu-0123456789ab, 4.8 s
-  arm                runs  loss first -> last        peak MiB  model MiB  s/iteration
-  reference             2  5.000000 -> 1.666667        0.00          -      0.500
-  overlap               2  5.000000 -> 1.666667        3.00       5.00      0.500
+  arm                runs  loss first -> last        peak MiB  model MiB  s/iteration  a2a hidden
+  reference             2  5.000000 -> 1.666667        0.00          -      0.500           -
+  overlap               2  5.000000 -> 1.666667        3.00       5.00      0.500           -
 checks:
   PASS   reference reproduces itself      bit-identical: 60 records in each of 2 runs
   PASS   overlap reproduces itself        bit-identical: 60 records in each of 2 runs

@@ -149,6 +149,7 @@ struct ArmOptions {
   std::string log_dir;
   bool quiet = false;
   bool memory_timeline = false;
+  bool probes = false;
 };
 
 int RunArm(const ArmOptions& o, const std::string& command_line) {
@@ -202,6 +203,7 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
   launch.timeout_seconds = recipe.parallel.timeout_seconds;
   launch.trace_attributes[trace_keys::kCommandLine] = command_line;
   launch.worker.memory_timeline = o.memory_timeline;
+  launch.worker.probes = o.probes;
   if (!o.quiet) {
     launch.on_progress = [](const ProgressEvent& e) {
       std::printf("  iteration %lld/%lld  loss %.6f  %.3f s\n", static_cast<long long>(e.iteration),
@@ -320,6 +322,8 @@ int RunWorkerCommand(int argc, char** argv) {
                  "Stop after this iteration (0: run them all)");
   app.add_flag(kWorkerFlagMemoryTimeline, request.memory_timeline,
                "Record live bytes at every phase mark");
+  app.add_flag(kWorkerFlagProbes, request.probes,
+               "Record node probes whatever the recipe's [trace] probes says");
   app.add_option(kWorkerFlagRecipeDigest, request.recipe_digest,
                  "Digest of the recipe text the launcher read (the rank refuses another)");
   if (std::optional<int> exit_code = Parse(app, argc, argv)) return *exit_code;
@@ -370,6 +374,11 @@ int RunCli(int argc, char** argv) {
   run->add_flag("--quiet", run_options.quiet, "Only print the summary");
   run->add_flag("--memory-timeline", run_options.memory_timeline,
                 "Record a memory timeline in every trace (see `bitparity timeline`)");
+  run->add_flag("--probes", run_options.probes,
+                "Record node probes in every trace ([trace] probes = \"nodes\"): a digest of "
+                "every schedule operation's outputs and input gradients, so that a difference "
+                "is named at the operation that made it, and replays are checked against their "
+                "first pass");
   run->footer(kExitCodesHelp);
 
   MatrixOptions matrix_options;
@@ -414,6 +423,9 @@ int RunCli(int argc, char** argv) {
   arm->add_flag("--memory-timeline", arm_options.memory_timeline,
                 "Record live and peak CPU tensor bytes at every phase of every iteration (see "
                 "`bitparity timeline`)");
+  arm->add_flag("--probes", arm_options.probes,
+                "Record node probes ([trace] probes = \"nodes\"): a digest of every schedule "
+                "operation's outputs and input gradients");
   arm->footer(kExitCodesHelp);
 
   std::string diff_a, diff_b;

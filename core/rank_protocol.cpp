@@ -61,6 +61,7 @@ std::vector<std::string> WorkerArguments(const WorkerRequest& request) {
     args.insert(args.end(), {kWorkerFlagStopAfter, std::to_string(request.stop_after)});
   }
   if (request.memory_timeline) args.push_back(kWorkerFlagMemoryTimeline);
+  if (request.probes) args.push_back(kWorkerFlagProbes);
   if (!request.recipe_digest.empty()) {
     args.insert(args.end(), {kWorkerFlagRecipeDigest, request.recipe_digest});
   }

@@ -24,6 +24,7 @@ inline constexpr char kWorkerFlagOutDir[] = "--out-dir";
 inline constexpr char kWorkerFlagDumpAt[] = "--dump-at";
 inline constexpr char kWorkerFlagStopAfter[] = "--stop-after";
 inline constexpr char kWorkerFlagMemoryTimeline[] = "--memory-timeline";
+inline constexpr char kWorkerFlagProbes[] = "--probes";
 inline constexpr char kWorkerFlagRecipeDigest[] = "--recipe-digest";
 
 // Variables the harness sets for a rank (the world's own, RANK, WORLD_SIZE, MASTER_ADDR, ..., are
@@ -52,6 +53,7 @@ struct WorkerRequest {
   std::vector<int64_t> dump_at;  // also store full main grads at these iterations
   int64_t stop_after = 0;        // stop after this iteration (0: run them all)
   bool memory_timeline = false;  // record live bytes at every phase mark
+  bool probes = false;           // node probes, whatever the recipe's [trace] probes says
 };
 
 // The arguments that start a rank process for `request`, after the executable:

@@ -143,6 +143,7 @@ struct RecomputeConfig {
 
 struct TraceConfig {
   std::vector<int64_t> dump_grads_at;  // 1-based iterations at which full main grads are dumped
+  bool node_probes = false;            // probes = "nodes": a digest at every schedule operation
 };
 
 // How two values of a quantity must agree across arms: bit for bit, or within a tolerance

@@ -170,15 +170,28 @@ const KeyTable<RecomputeConfig>& RecomputeKeys() {
 }
 
 const KeyTable<TraceConfig>& TraceKeys() {
-  static const KeyTable<TraceConfig> keys = KeyTable<TraceConfig>("[trace]").Custom(
-      "dump_grads_at", "array of integers >= 1", "[]",
-      "iterations whose full main grads the trace stores (<= iterations)",
-      [](TableReader& r, TraceConfig* t) {
-        t->dump_grads_at = r.IntList("dump_grads_at", 1, kMaxInt);
-        std::sort(t->dump_grads_at.begin(), t->dump_grads_at.end());
-        t->dump_grads_at.erase(std::unique(t->dump_grads_at.begin(), t->dump_grads_at.end()),
-                               t->dump_grads_at.end());
-      });
+  static const KeyTable<TraceConfig> keys =
+      KeyTable<TraceConfig>("[trace]")
+          .Custom("dump_grads_at", "array of integers >= 1", "[]",
+                  "iterations whose full main grads the trace stores (<= iterations)",
+                  [](TableReader& r, TraceConfig* t) {
+                    t->dump_grads_at = r.IntList("dump_grads_at", 1, kMaxInt);
+                    std::sort(t->dump_grads_at.begin(), t->dump_grads_at.end());
+                    t->dump_grads_at.erase(
+                        std::unique(t->dump_grads_at.begin(), t->dump_grads_at.end()),
+                        t->dump_grads_at.end());
+                  })
+          .Custom("probes", "\"off\" | \"nodes\"", "\"off\"",
+                  "nodes: every rank records the digest, dtype and shape of each output and input "
+                  "gradient of every schedule operation (first divergence by operation, replay "
+                  "checks; also --probes)",
+                  [](TableReader& r, TraceConfig* t) {
+                    const std::string value = r.String("probes", "off");
+                    if (value != "off" && value != "nodes") {
+                      r.Error("probes", "must be \"off\" or \"nodes\", got \"" + value + "\"");
+                    }
+                    t->node_probes = value == "nodes";
+                  });
   return keys;
 }
 

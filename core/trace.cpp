@@ -284,6 +284,38 @@ class Writer {
       StringDataset(tg, "label", labels);
     }
 
+    if (!rank.probes.empty()) {
+      Hid probes = Group(g, "probes");
+      const size_t m = rank.probes.size();
+      std::vector<int64_t> iteration(m), microbatch(m), chunk(m), slot(m);
+      std::vector<uint64_t> digest(m);
+      std::vector<std::string> layer(m), node(m), phase(m), dtype(m), shape(m);
+      for (size_t i = 0; i < m; ++i) {
+        const ProbeRecord& p = rank.probes[i];
+        iteration[i] = p.iteration;
+        microbatch[i] = p.microbatch;
+        chunk[i] = p.chunk;
+        slot[i] = p.slot;
+        digest[i] = p.digest;
+        layer[i] = p.layer;
+        node[i] = p.node;
+        phase[i] = p.phase;
+        dtype[i] = p.dtype;
+        shape[i] = JoinShape(p.shape);
+      }
+      const hid_t pg = probes.get();
+      Dataset(pg, "iteration", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, iteration.data());
+      Dataset(pg, "microbatch", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, microbatch.data());
+      Dataset(pg, "chunk", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, chunk.data());
+      Dataset(pg, "slot", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, slot.data());
+      Dataset(pg, "digest", {m}, H5T_STD_U64LE, H5T_NATIVE_UINT64, digest.data());
+      StringDataset(pg, "layer", layer);
+      StringDataset(pg, "node", node);
+      StringDataset(pg, "phase", phase);
+      StringDataset(pg, "dtype", dtype);
+      StringDataset(pg, "shape", shape);
+    }
+
     Hid dumps = Group(g, "grad_dumps");
     for (const auto& [it, tensors] : rank.grad_dumps) {
       Hid iter_group = Group(dumps.get(), GroupNameForIteration(it));
@@ -584,6 +616,42 @@ class Reader {
       if (labels.size() != it.size()) Fail("memory_timeline/label has the wrong length");
       for (size_t i = 0; i < it.size(); ++i) {
         rank.memory_timeline.push_back({it[i], t[i], current[i], peak_bytes[i], labels[i]});
+      }
+    }
+
+    if (H5Lexists(g, "probes", H5P_DEFAULT) > 0) {
+      Hid probes = OpenGroup(g, "probes");
+      const hid_t pg = probes.get();
+      Hid set = OpenDataset(pg, "iteration");
+      std::vector<hsize_t> pdims = Dims(set.get(), "probes/iteration");
+      set.Reset();
+      if (pdims.size() != 1) Fail("probes/iteration must be one-dimensional");
+      auto iteration = Read<int64_t>(pg, "iteration", H5T_NATIVE_INT64, H5T_INTEGER, pdims);
+      auto microbatch = Read<int64_t>(pg, "microbatch", H5T_NATIVE_INT64, H5T_INTEGER, pdims);
+      auto chunk = Read<int64_t>(pg, "chunk", H5T_NATIVE_INT64, H5T_INTEGER, pdims);
+      auto slot = Read<int64_t>(pg, "slot", H5T_NATIVE_INT64, H5T_INTEGER, pdims);
+      auto digest =
+          Read<uint64_t>(pg, "digest", H5T_NATIVE_UINT64, H5T_INTEGER, pdims, H5T_SGN_NONE);
+      std::vector<std::vector<std::string>> text;
+      for (const char* column : {"layer", "node", "phase", "dtype", "shape"}) {
+        text.push_back(ReadStrings(pg, column));
+        if (text.back().size() != iteration.size()) {
+          Fail(std::string("probes/") + column + " has the wrong length");
+        }
+      }
+      for (size_t i = 0; i < iteration.size(); ++i) {
+        ProbeRecord p;
+        p.iteration = iteration[i];
+        p.microbatch = microbatch[i];
+        p.chunk = chunk[i];
+        p.slot = slot[i];
+        p.digest = digest[i];
+        p.layer = text[0][i];
+        p.node = text[1][i];
+        p.phase = text[2][i];
+        p.dtype = text[3][i];
+        p.shape = ParseShape(text[4][i], "probes/shape #" + std::to_string(i));
+        rank.probes.push_back(std::move(p));
       }
     }
 

@@ -49,6 +49,22 @@ struct TensorDump {
   std::vector<float> values;
 };
 
+// One tensor at one schedule operation (node probes, [trace] probes = "nodes";
+// core/node_probes.h): an output of a forward or replay pass, or the gradient a backward pass
+// returned for one of its inputs.
+struct ProbeRecord {
+  int64_t iteration = 0;
+  int64_t microbatch = 0;
+  int64_t chunk = 0;
+  std::string layer;    // "decoder 2", "mtp 0", or "" for an operation of the whole chunk
+  std::string node;     // attn, mlp, moe_combine, mhc_post, mtp_post_process, ...
+  std::string phase;    // forward, replay or backward
+  int64_t slot = 0;     // which output (forward, replay) or input gradient (backward)
+  uint64_t digest = 0;  // XXH3-64 of the tensor's bytes
+  std::string dtype;
+  std::vector<int64_t> shape;
+};
+
 // Everything one rank recorded. Parameters are in the rank's own order; expert parameters
 // differ between ranks, so names are per rank.
 struct RankTrace {
@@ -59,6 +75,7 @@ struct RankTrace {
   std::map<int64_t, std::vector<TensorDump>> grad_dumps;  // iteration -> main grads
   std::map<std::string, std::string> attributes;          // per-rank provenance
   std::vector<MemorySample> memory_timeline;              // only with --memory-timeline
+  std::vector<ProbeRecord> probes;  // in the order the rank ran them; only with probes on
 };
 
 struct Trace {

@@ -10,6 +10,7 @@
 #include "core/float_bits.h"
 #include "core/recipe_edit.h"
 #include "core/trace_keys.h"
+#include "harness/probe_compare.h"
 
 namespace bitparity {
 
@@ -26,6 +27,7 @@ constexpr EnumName<CheckKind> kCheckKindNames[] = {{CheckKind::kReproduces, "rep
                                                    {CheckKind::kMemoryModel, "memory_model"},
                                                    {CheckKind::kMemory, "memory"},
                                                    {CheckKind::kOverlap, "overlap"},
+                                                   {CheckKind::kReplay, "replay"},
                                                    {CheckKind::kGolden, "golden"},
                                                    {CheckKind::kRun, "run"},
                                                    {CheckKind::kCell, "cell"}};
@@ -122,6 +124,20 @@ bool SameShape(const Trace& a, const Trace& b, CheckResult* result) {
 
 }  // namespace
 
+namespace {
+
+// With node probes in both runs: each rank's first divergent operation, as a line of the
+// details and in the figures.
+void AddFirstDivergentOperations(const Trace& a, const Trace& b, CheckResult* result) {
+  if (!HasProbes(a) || !HasProbes(b)) return;
+  nlohmann::json sentences = nlohmann::json::array();
+  for (const ProbeDivergence& d : FirstProbeDivergences(a, b)) sentences.push_back(d.Describe());
+  result->figures["first_divergent_operations"] = sentences;
+  result->details = FirstDivergenceLines(result->figures) + result->details;
+}
+
+}  // namespace
+
 CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trace*>& runs) {
   CheckResult result = NewCheck(CheckKind::kReproduces, arm, arm + " reproduces itself");
   result.figures["runs"] = runs.size();
@@ -132,6 +148,7 @@ CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trac
       result.summary = "run " + std::to_string(k + 1) + " differs from run 1: " + result.summary;
       result.differing_run = static_cast<int64_t>(k + 1);
       result.figures["differing_run"] = k + 1;
+      AddFirstDivergentOperations(*runs[0], *runs[k], &result);
       return result;
     }
   }
@@ -337,6 +354,38 @@ AllToAllTime AllToAllTimeOf(const Trace& trace) {
     }
   }
   return time;
+}
+
+CheckResult CheckReplays(const std::string& arm, const std::vector<const Trace*>& runs) {
+  CheckResult result = NewCheck(CheckKind::kReplay, arm, arm + ": replays equal first pass");
+  int64_t compared = 0;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    int64_t replays = 0;
+    const std::vector<ReplayMismatch> mismatches = ReplayMismatches(*runs[k], &replays);
+    compared += replays;
+    if (mismatches.empty()) continue;
+    result.verdict = Verdict::kFail;
+    result.summary = "run " + std::to_string(k + 1) + ", " + mismatches.front().Describe();
+    nlohmann::json sentences = nlohmann::json::array();
+    for (const ReplayMismatch& m : mismatches) {
+      sentences.push_back(m.Describe());
+      result.details += m.Describe() + "\n";
+    }
+    result.figures["run"] = k + 1;
+    result.figures["mismatches"] = sentences;
+    result.figures["replay_records"] = compared;
+    return result;
+  }
+  result.figures["replay_records"] = compared;
+  if (compared == 0) {
+    result.verdict = Verdict::kSkipped;
+    result.summary =
+        "no replay was probed (no recompute in this arm, or an engine without node probes)";
+    return result;
+  }
+  result.summary = "bit-identical: " + std::to_string(compared) + " replay outputs in " +
+                   std::to_string(runs.size()) + " run(s) equal their first pass";
+  return result;
 }
 
 std::string OverlapCheckName(const OverlapBound& bound) {

@@ -29,6 +29,7 @@ enum class CheckKind {
   kMemoryModel,  // an arm's measured peak vs its memory model
   kMemory,       // an arm's peak vs another arm's, under a bound
   kOverlap,      // the share of an arm's all-to-all time hidden under compute, under a bound
+  kReplay,       // an arm's recompute replays against their first pass (node probes)
   kGolden,       // the baseline vs its golden
   kRun,          // one run of an arm could not finish (an infrastructure fault)
   kCell,         // a matrix cell that could not run
@@ -84,6 +85,11 @@ struct AllToAllTime {
   double hidden_fraction() const;
 };
 AllToAllTime AllToAllTimeOf(const Trace& trace);
+
+// "<arm>: replays equal first pass": with node probes, every forward output of every recompute
+// replay in every run equals its first pass bit for bit; the first mismatch of each rank is
+// named. Skipped when the runs recorded no replay.
+CheckResult CheckReplays(const std::string& arm, const std::vector<const Trace*>& runs);
 
 // "<arm>: all-to-all hidden", the name of an overlap bound's check.
 std::string OverlapCheckName(const OverlapBound& bound);

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "harness/probe_compare.h"
 #include "harness/trace_compare.h"
 
 namespace bitparity {
@@ -47,7 +48,7 @@ void LocalizeFailures(std::vector<CheckResult>& checks,
     if (check.compared_records > 0) {
       details << check.differing_records << " of " << check.compared_records << " records differ\n";
     }
-    details << note << "\n";
+    details << note << "\n" << FirstDivergenceLines(check.figures);
     check.details = details.str();
   }
 }

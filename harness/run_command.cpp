@@ -261,6 +261,7 @@ class RecipeRun {
     launch.timeout_seconds = recipe_.parallel.timeout_seconds;
     launch.environment = env;
     launch.worker.memory_timeline = options_.memory_timeline;
+    launch.worker.probes = options_.probes;
     launch.trace_attributes[trace_keys::kCommandLine] = options_.command_line;
     return launch;
   }
@@ -380,10 +381,18 @@ class RecipeRun {
     for (const OverlapBound& bound : policy.overlap) {
       not_run(CheckKind::kOverlap, bound.arm, OverlapCheckName(bound));
     }
+    if (probes()) {
+      for (const std::string& arm : arms_) {
+        not_run(CheckKind::kReplay, arm, arm + ": replays equal first pass");
+      }
+    }
     if (std::find(arms_.begin(), arms_.end(), baseline_) != arms_.end()) {
       not_run(CheckKind::kGolden, baseline_, "golden: " + baseline_);
     }
   }
+
+  // Whether the ranks record node probes (--probes or [trace] probes = "nodes").
+  bool probes() const { return options_.probes || recipe_.trace.node_probes; }
 
   const Trace& TraceOf(const std::string& arm, int64_t index) const {
     return *runs_.at(arm).at(static_cast<size_t>(index - 1)).trace;
@@ -407,6 +416,13 @@ class RecipeRun {
         skipped.verdict = Verdict::kSkipped;
         skipped.summary = "one run only (--repeats 1)";
         Record(skipped, {});
+      }
+    }
+    if (probes()) {
+      for (const std::string& arm : arms_) {
+        std::vector<const Trace*> traces;
+        for (const ArmRun& r : runs_.at(arm)) traces.push_back(&*r.trace);
+        Record(CheckReplays(arm, traces), {});
       }
     }
     const bool have_baseline = runs_.count(baseline_) > 0;

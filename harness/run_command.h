@@ -31,6 +31,7 @@ struct RunOptions {
   int64_t localize_runs = 4;  // most reruns spent on localizing divergences
   bool quiet = false;
   bool memory_timeline = false;  // record live bytes at every phase mark in the traces
+  bool probes = false;           // node probes in every trace, whatever the recipe says
   std::string command_line;
 };
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "core/node_probes.h"
 #include "core/pipeline_schedule.h"
 
 namespace bitparity {
@@ -102,6 +103,21 @@ at::Tensor LayerSchedule::Run(const NodeOp& op, at::Tensor grad) {
                          " (chunk " + std::to_string(op.chunk) + ", microbatch " +
                          std::to_string(op.microbatch) + ") has no operation " + ToString(op.node) +
                          "/" + ToString(op.phase));
+}
+
+void LayerSchedule::Probe(const char* node, Phase phase, const std::vector<at::Tensor>& tensors) {
+  if (!NodeProbes::enabled()) return;
+  const ChunkPlan& plan = chunk_->plan();
+  const int64_t model_layer = plan.ModelLayer(layer_);
+  ProbeSite site;
+  site.microbatch = chunk_->state().microbatch;
+  site.chunk = plan.stage.chunk;
+  site.layer = plan.is_mtp(layer_)
+                   ? "mtp " + std::to_string(model_layer - plan.model_decoder_layers)
+                   : "decoder " + std::to_string(model_layer);
+  site.node = node;
+  site.phase = ToString(phase);
+  NodeProbes::Record(site, tensors);
 }
 
 void LayerSchedule::Record(const char* node, Phase phase, int64_t begin_ns) {
@@ -203,6 +219,7 @@ void LayerSchedule::AttnForward(const at::Tensor& input, Phase phase) {
     return outputs;
   });
   Record("attn", phase, begin);
+  Probe("attn", phase, attn_.outputs());
 }
 
 void LayerSchedule::DispatchForward() {
@@ -232,6 +249,7 @@ void LayerSchedule::MlpForward(Phase phase) {
     });
   }
   Record("mlp", phase, begin);
+  Probe("mlp", phase, mlp_.outputs());
 }
 
 void LayerSchedule::CombineForward() {
@@ -255,6 +273,7 @@ void LayerSchedule::FinishCombine(Phase phase) {
           model->LayerMlpOutput(*weights_, in[0], routing_.get(), state)};
     });
     Record("moe_combine", phase, begin);
+    Probe("moe_combine", phase, combine_.outputs());
     mhc_post_pending_ = true;
     return;
   }
@@ -271,6 +290,7 @@ void LayerSchedule::FinishCombine(Phase phase) {
     return std::vector<at::Tensor>{out};
   });
   Record("moe_combine", phase, begin);
+  Probe("moe_combine", phase, combine_.outputs());
   FinishLayer(combine_.outputs()[0], combine_.forward_no_grad());
 }
 
@@ -302,6 +322,7 @@ void LayerSchedule::MhcPostForward(Phase phase) {
                       return std::vector<at::Tensor>{decoder.main};
                     });
   Record("mhc_post", phase, begin);
+  Probe("mhc_post", phase, mhc_post_.outputs());
   FinishLayer(mhc_post_.outputs()[0], mhc_post_.forward_no_grad());
 }
 
@@ -323,6 +344,7 @@ at::Tensor LayerSchedule::MhcPostBackward(const at::Tensor& grad) {
   const int64_t begin = SteadyNanoseconds();
   at::Tensor g = mhc_post_.Backward({grad})[0];
   Record("mhc_post", Phase::kBackward, begin);
+  Probe("mhc_post", Phase::kBackward, {g});
   return g;
 }
 
@@ -341,6 +363,7 @@ void LayerSchedule::MtpPostProcessForward(Phase phase) {
     return std::vector<at::Tensor>{joined};
   });
   Record("mtp_post_process", phase, begin);
+  Probe("mtp_post_process", phase, mtp_post_.outputs());
   output_ = mtp_post_.outputs()[0];
   if (segment_tail_ && !output_.requires_grad()) output_.requires_grad_(true);
   ReleaseRecomputed();
@@ -359,6 +382,7 @@ at::Tensor LayerSchedule::MtpPostProcessBackward(const at::Tensor& grad) {
   const int64_t begin = SteadyNanoseconds();
   at::Tensor g = mtp_post_.Backward({grad})[0];
   Record("mtp_post_process", Phase::kBackward, begin);
+  Probe("mtp_post_process", Phase::kBackward, {g});
   return g;
 }
 
@@ -366,6 +390,7 @@ void LayerSchedule::CombineBackward(const at::Tensor& grad) {
   const int64_t begin = SteadyNanoseconds();
   at::Tensor g = combine_.Backward({grad})[0];
   Record("moe_combine", Phase::kBackward, begin);
+  Probe("moe_combine", Phase::kBackward, {g});
   combine_comm_.StartBackward({g});
   WaitIfSynchronous(combine_comm_, Phase::kBackward);
 }
@@ -375,6 +400,7 @@ void LayerSchedule::MlpBackward() {
   const int64_t begin = SteadyNanoseconds();
   mlp_input_grads_ = mlp_.Backward(g);
   Record("mlp", Phase::kBackward, begin);
+  Probe("mlp", Phase::kBackward, mlp_input_grads_);
 }
 
 void LayerSchedule::DispatchBackward() {
@@ -387,6 +413,7 @@ at::Tensor LayerSchedule::AttnBackward() {
   const int64_t begin = SteadyNanoseconds();
   at::Tensor input_grad = attn_.Backward(g)[0];
   Record("attn", Phase::kBackward, begin);
+  Probe("attn", Phase::kBackward, {input_grad});
   Release();
   return input_grad;
 }

@@ -112,6 +112,9 @@ class LayerSchedule {
   const std::vector<int64_t>& RecvSplits() const;
   // Timeline events (when the engine records a timeline).
   void Record(const char* node, Phase phase, int64_t begin_ns);
+  // Node probes (core/node_probes.h): `tensors` as the outputs (forward, replay) or the input
+  // gradients (backward) of this layer's `node`.
+  void Probe(const char* node, Phase phase, const std::vector<at::Tensor>& tensors);
   void RecordComm(const AllToAllNode& node, Phase phase);
   // Under a faulty plan (all_to_all_waits_at_start): waits for `node`'s all-to-all just started.
   void WaitIfSynchronous(AllToAllNode& node, Phase phase);

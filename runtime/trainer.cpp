@@ -9,6 +9,7 @@
 #include "core/digest.h"
 #include "core/errors.h"
 #include "core/memory.h"
+#include "core/node_probes.h"
 #include "model/ops.h"
 #include "overlap_impl/overlap_engine.h"
 #include "reference/reference_engine.h"
@@ -270,6 +271,7 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   ParameterStore& params = model_->parameters();
   MemoryTracker::ResetPeak();
   MemoryTimeline::SetIteration(iteration);
+  NodeProbes::SetIteration(iteration);
   MemoryTimeline::Mark("iteration start");
   ep_comm_->ResetStats();
   if (pp_comm_) pp_comm_->ResetStats();

@@ -16,6 +16,7 @@
 #include "core/determinism.h"
 #include "core/errors.h"
 #include "core/memory.h"
+#include "core/node_probes.h"
 #include "core/provenance.h"
 #include "core/rank_context.h"
 #include "core/rank_protocol.h"
@@ -72,6 +73,7 @@ int Run(const WorkerRequest& request) {
   PinEnvironment(ToString(device));
   MemoryTracker::Install();
   MemoryTimeline::Enable(request.memory_timeline);
+  NodeProbes::Enable(request.probes || recipe.trace.node_probes);
   ConfigureDeterminism(recipe.parallel.threads);
   if (device == DeviceKind::kCuda && cuda::Compiled()) cuda::ConfigureDeterminism();
   // Collectives give up a little before the launcher's deadline, so that a rank stuck waiting for
@@ -136,6 +138,7 @@ int Run(const WorkerRequest& request) {
   }
 
   rank.memory_timeline = MemoryTimeline::Take();
+  rank.probes = NodeProbes::Take();
   Trace trace;
   trace.attributes[trace_keys::kRecipe] = recipe.text;
   trace.attributes[trace_keys::kRecipeDigest] = digest;

@@ -189,6 +189,12 @@ TEST(ReportOutput, JsonReportIsPinned) {
       "engine": "overlap",
       "runs": [
         {
+          "all_to_all": {
+            "count": 0,
+            "exposed_seconds": 0.0,
+            "hidden_fraction": 0.0,
+            "in_flight_seconds": 0.0
+          },
           "loss": [
             5.0,
             2.5,

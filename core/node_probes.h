@@ -8,8 +8,16 @@
 // compared record by record name the first operation whose output differs while everything the
 // rank computed before it (its inputs included) matched: the operation that broke the bits.
 //
+// Both engines record the same keys at the same boundaries. The overlap engine probes its
+// schedule's nodes as it runs them. The reference engine runs a layer as one graph
+// (GptModel::DecoderLayer) and probes the same points inside it: the outputs where the overlap's
+// nodes end (RecordOutputs) and, through tensor hooks, the gradients that reach the tensors where
+// they begin (RecordInputGradients); a checkpoint's replay is marked (SetReplaying) so that its
+// outputs are "replay" records.
+//
 // The recorder belongs to the thread that trains a rank (a rank process has one; the test
-// harness runs ranks as threads). Off, Record is one thread-local flag test.
+// harness runs ranks as threads); a hook keeps a pointer to it, so that a backward pass run on
+// another thread records into the right rank. Off, every call is one thread-local flag test.
 
 #include <ATen/ATen.h>
 
@@ -40,6 +48,34 @@ class NodeProbes {
   static void Record(const ProbeSite& site, const std::vector<at::Tensor>& tensors);
   // The records so far, in order, forgotten here.
   static std::vector<ProbeRecord> Take();
+
+  // The reference engine's side. While replaying is set, RecordOutputs records "replay" records,
+  // else "forward" ones; `site.phase` is ignored.
+  static void SetReplaying(bool replaying);
+  static bool replaying();
+  // The model chunk the reference engine is running (its pipeline schedule sets it; 0 without).
+  static void SetChunk(int64_t chunk);
+  static int64_t chunk();
+  static void RecordOutputs(const ProbeSite& site, const std::vector<at::Tensor>& tensors);
+  // Records, when the backward pass reaches them, the gradients of `tensors` as `site.node`'s
+  // input gradients (slot k for tensors[k]) under phase backward; a tensor that requires no
+  // gradient (a no-grad first pass) is skipped.
+  static void RecordInputGradients(const ProbeSite& site, const std::vector<at::Tensor>& tensors);
+};
+
+// The probe name of a model layer: "decoder K" for K < decoder_layers, else "mtp D".
+std::string ProbeLayerName(int64_t model_layer, int64_t decoder_layers);
+
+// While alive, the thread's RecordOutputs are "replay" records (a checkpoint's replay).
+class ProbeReplayScope {
+ public:
+  ProbeReplayScope() : previous_(NodeProbes::replaying()) { NodeProbes::SetReplaying(true); }
+  ~ProbeReplayScope() { NodeProbes::SetReplaying(previous_); }
+  ProbeReplayScope(const ProbeReplayScope&) = delete;
+  ProbeReplayScope& operator=(const ProbeReplayScope&) = delete;
+
+ private:
+  bool previous_;
 };
 
 }  // namespace bitparity

@@ -124,19 +124,17 @@ bool SameShape(const Trace& a, const Trace& b, CheckResult* result) {
 
 }  // namespace
 
-namespace {
-
-// With node probes in both runs: each rank's first divergent operation, as a line of the
-// details and in the figures.
-void AddFirstDivergentOperations(const Trace& a, const Trace& b, CheckResult* result) {
+void AddFirstDivergentOperations(const Trace& a, const Trace& b, bool across_arms,
+                                 CheckResult* result) {
   if (!HasProbes(a) || !HasProbes(b)) return;
   nlohmann::json sentences = nlohmann::json::array();
-  for (const ProbeDivergence& d : FirstProbeDivergences(a, b)) sentences.push_back(d.Describe());
+  for (const ProbeDivergence& d :
+       across_arms ? FirstCrossArmDivergences(a, b) : FirstProbeDivergences(a, b)) {
+    sentences.push_back(d.Describe());
+  }
   result->figures["first_divergent_operations"] = sentences;
   result->details = FirstDivergenceLines(result->figures) + result->details;
 }
-
-}  // namespace
 
 CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trace*>& runs) {
   CheckResult result = NewCheck(CheckKind::kReproduces, arm, arm + " reproduces itself");
@@ -148,7 +146,7 @@ CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trac
       result.summary = "run " + std::to_string(k + 1) + " differs from run 1: " + result.summary;
       result.differing_run = static_cast<int64_t>(k + 1);
       result.figures["differing_run"] = k + 1;
-      AddFirstDivergentOperations(*runs[0], *runs[k], &result);
+      AddFirstDivergentOperations(*runs[0], *runs[k], /*across_arms=*/false, &result);
       return result;
     }
   }

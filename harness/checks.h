@@ -86,6 +86,12 @@ struct AllToAllTime {
 };
 AllToAllTime AllToAllTimeOf(const Trace& trace);
 
+// With node probes in both traces: each rank's first divergent operation (FirstProbeDivergences
+// for two runs of one arm, FirstCrossArmDivergences for an arm and its baseline) as the figure
+// "first_divergent_operations" and lines of the details. CheckReproduces adds them itself.
+void AddFirstDivergentOperations(const Trace& a, const Trace& b, bool across_arms,
+                                 CheckResult* result);
+
 // "<arm>: replays equal first pass": with node probes, every forward output of every recompute
 // replay in every run equals its first pass bit for bit; the first mismatch of each rank is
 // named. Skipped when the runs recorded no replay.

@@ -40,7 +40,9 @@ std::string DescribeProbe(const ProbeRecord& r) {
 std::string ProbeDivergence::Describe() const {
   std::string text = "rank " + std::to_string(rank) +
                      ": first divergent operation: " + DescribeProbe(a) +
-                     " (everything the rank computed before it is equal; ";
+                     (across_arms ? " (its inputs and everything both arms recorded before it are "
+                                    "equal; "
+                                  : " (everything the rank computed before it is equal; ");
   if (!b) return text + "the other run recorded no more operations)";
   if (KeyOf(a) != KeyOf(*b) || a.phase != b->phase) {
     return text + "the other run ran " + DescribeProbe(*b) + " here instead)";
@@ -87,6 +89,31 @@ std::vector<ProbeDivergence> FirstProbeDivergences(const Trace& a, const Trace& 
       if (same) continue;
       ProbeDivergence d{a.ranks[r].rank, i, pa[i], std::nullopt};
       if (i < pb.size()) d.b = pb[i];
+      found.push_back(d);
+      break;
+    }
+  }
+  return found;
+}
+
+std::vector<ProbeDivergence> FirstCrossArmDivergences(const Trace& a, const Trace& b) {
+  std::vector<ProbeDivergence> found;
+  if (!HasProbes(a) || !HasProbes(b)) return found;
+  for (size_t r = 0; r < a.ranks.size() && r < b.ranks.size(); ++r) {
+    std::map<std::pair<ReplayKey, std::string>, const ProbeRecord*> baseline;
+    for (const ProbeRecord& p : b.ranks[r].probes) {
+      if (p.phase == "replay") continue;
+      baseline.emplace(std::make_pair(KeyOf(p), p.phase), &p);  // the first of a key
+    }
+    for (size_t i = 0; i < a.ranks[r].probes.size(); ++i) {
+      const ProbeRecord& p = a.ranks[r].probes[i];
+      if (p.phase == "replay") continue;
+      auto it = baseline.find({KeyOf(p), p.phase});
+      if (it == baseline.end()) continue;
+      const ProbeRecord& q = *it->second;
+      if (p.digest == q.digest && p.dtype == q.dtype && p.shape == q.shape) continue;
+      ProbeDivergence d{a.ranks[r].rank, i, p, q};
+      d.across_arms = true;
       found.push_back(d);
       break;
     }

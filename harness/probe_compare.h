@@ -28,6 +28,9 @@ struct ProbeDivergence {
   size_t index = 0;              // of the record in the rank's probes
   ProbeRecord a;                 // run a's record
   std::optional<ProbeRecord> b;  // run b's at that index; none when run b recorded fewer
+  // Across arms: `b` is the baseline's record of the same key, and "before it" means before it
+  // in arm a's order among the records both arms made.
+  bool across_arms = false;
   // "rank 1: first divergent operation: iteration 3, ... (everything the rank computed before
   // it is equal; output differs: digest 0x.. vs 0x..)".
   std::string Describe() const;
@@ -46,6 +49,14 @@ inline constexpr char kProbesAllEqual[] =
 // The lines a check's details give for its "first_divergent_operations" figure (one sentence per
 // rank, or kProbesAllEqual for an empty list); "" without the figure.
 std::string FirstDivergenceLines(const nlohmann::json& figures);
+
+// Across two arms (`a` against the baseline `b`): records aligned by key (iteration, microbatch,
+// chunk, layer, node, slot) and phase, forward with forward and backward with backward (replays
+// are checked within an arm). Per rank, the first record in arm a's execution order whose
+// counterpart differs; every record before it that both arms made matched, its operation's inputs
+// among them. A record one arm made and the other did not is passed over. Empty when nothing
+// differs or either trace has no probes.
+std::vector<ProbeDivergence> FirstCrossArmDivergences(const Trace& a, const Trace& b);
 
 // Whether every rank of `trace` recorded probes.
 bool HasProbes(const Trace& trace);

@@ -434,6 +434,10 @@ class RecipeRun {
       Record(CheckLosses(arm, a, baseline_, b, policy.loss), {{arm, 1}, {baseline_, 1}});
       Record(CheckGradients(arm, a, baseline_, b, policy.gradients), {{arm, 1}, {baseline_, 1}});
       Record(CheckParameters(arm, a, baseline_, b, policy.params), {{arm, 1}, {baseline_, 1}});
+      for (size_t c = checks_.size() - 3; c < checks_.size(); ++c) {
+        if (checks_[c].verdict != Verdict::kFail) continue;
+        AddFirstDivergentOperations(a, b, /*across_arms=*/true, &checks_[c]);
+      }
     }
     if (policy.memory_model > 0) {
       for (const std::string& arm : arms_) {

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "core/node_probes.h"
 #include "core/random.h"
 
 namespace bitparity {
@@ -152,26 +153,104 @@ at::Tensor GptModel::LayerResidual(const at::Tensor& residual, const at::Tensor&
 
 at::Tensor GptModel::DecoderLayer(const LayerWeights& layer, const at::Tensor& x,
                                   const ChunkState& state, MicrobatchLosses* losses) const {
+  // Node probes (core/node_probes.h) at the points where the overlap engine's nodes begin and
+  // end: the reference engine's records for the same keys. The last decoder layer's output is
+  // probed by the engine, after the final norm that the overlap's last node includes.
+  const bool probes = NodeProbes::enabled();
+  ProbeSite site;
+  if (probes) {
+    site.microbatch = state.microbatch;
+    site.chunk = NodeProbes::chunk();
+    site.layer = ProbeLayerName(layer.index, config_.layers);
+  }
+  auto outputs = [&](const char* node, const std::vector<at::Tensor>& tensors) {
+    if (!probes) return;
+    site.node = node;
+    NodeProbes::RecordOutputs(site, tensors);
+  };
+  auto input_gradients = [&](const char* node, const std::vector<at::Tensor>& tensors) {
+    if (!probes) return;
+    site.node = node;
+    NodeProbes::RecordInputGradients(site, tensors);
+  };
+  const bool mtp = layer.index >= config_.layers;  // an MTP depth's attn input is its prologue's
+  const bool last_decoder = layer.index == config_.layers - 1;
+  if (!mtp) input_gradients("attn", {x});
+
   LayerAttentionOutput attention = LayerAttention(layer, x, state, losses);
   const MhcMapping* mhc = config_.mhc() ? &attention.mlp_mhc : nullptr;
+  at::Tensor returned;
+  const RoutingPlan* plan = nullptr;
   if (!layer.is_moe) {
-    return LayerCombine(layer, LayerDenseMlp(layer, attention.mlp_input), attention.residual,
-                        nullptr, state, mhc);
+    outputs("attn", {attention.mlp_input});
+    input_gradients("mlp", {attention.mlp_input});
+    returned = LayerDenseMlp(layer, attention.mlp_input);
+    outputs("mlp", {returned});
+  } else {
+    outputs("attn",
+            {attention.payload.tokens, attention.payload.probs, attention.payload.route_mask});
+    plan = attention.plan.get();
+    Communicator* comm = comm_.get();
+    DispatchPayload received;
+    received.tokens =
+        AllToAllWithGrad(attention.payload.tokens, comm, plan->send_splits, plan->recv_splits);
+    received.probs =
+        AllToAllWithGrad(attention.payload.probs, comm, plan->send_splits, plan->recv_splits);
+    if (attention.payload.route_mask.defined()) {
+      received.route_mask =
+          comm->AllToAll(attention.payload.route_mask, plan->send_splits, plan->recv_splits);
+    }
+    input_gradients("mlp", {received.tokens, received.probs});
+    at::Tensor rows = LayerExperts(layer, received, *plan);
+    outputs("mlp", {rows});
+    returned = AllToAllWithGrad(rows, comm, plan->recv_splits, plan->send_splits);
   }
-  const RoutingPlan& plan = *attention.plan;
-  Communicator* comm = comm_.get();
-  DispatchPayload received;
-  received.tokens =
-      AllToAllWithGrad(attention.payload.tokens, comm, plan.send_splits, plan.recv_splits);
-  received.probs =
-      AllToAllWithGrad(attention.payload.probs, comm, plan.send_splits, plan.recv_splits);
-  if (attention.payload.route_mask.defined()) {
-    received.route_mask =
-        comm->AllToAll(attention.payload.route_mask, plan.send_splits, plan.recv_splits);
+  input_gradients("moe_combine", {returned});
+  // LayerCombine, in its two parts when mHC probes them apart (the overlap's moe_combine and
+  // mhc_post nodes).
+  const at::Tensor mlp = LayerMlpOutput(layer, returned, plan, state);
+  if (mhc) {
+    outputs("moe_combine", {mlp});
+    input_gradients("mhc_post", {mlp});
   }
-  at::Tensor rows = LayerExperts(layer, received, plan);
-  at::Tensor returned = AllToAllWithGrad(rows, comm, plan.recv_splits, plan.send_splits);
-  return LayerCombine(layer, returned, attention.residual, &plan, state, mhc);
+  at::Tensor out = LayerResidual(attention.residual, mlp, mhc);
+  if (!last_decoder) outputs(mhc ? "mhc_post" : "moe_combine", {out});
+  return out;
+}
+
+void GptModel::ProbeDecoderOutput(const at::Tensor& main, const ChunkState& state) const {
+  if (!NodeProbes::enabled()) return;
+  ProbeSite site;
+  site.microbatch = state.microbatch;
+  site.chunk = NodeProbes::chunk();
+  site.layer = ProbeLayerName(config_.layers - 1, config_.layers);
+  site.node = config_.mhc() ? "mhc_post" : "moe_combine";
+  NodeProbes::RecordOutputs(site, {main});
+}
+
+at::Tensor GptModel::ProbedMtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x,
+                                        const ChunkState& state) const {
+  if (!NodeProbes::enabled()) return MtpFinalNorm(mtp, x);
+  ProbeSite site;
+  site.microbatch = state.microbatch;
+  site.chunk = NodeProbes::chunk();
+  site.layer = ProbeLayerName(mtp.layer.index, config_.layers);
+  site.node = "mtp_post_process";
+  NodeProbes::RecordInputGradients(site, {x});
+  return MtpFinalNorm(mtp, x);
+}
+
+void GptModel::ProbeMtpOutput(const at::Tensor& main, const std::vector<at::Tensor>& mtp_hidden,
+                              const ChunkState& state) const {
+  if (!NodeProbes::enabled() || mtp_hidden.empty()) return;
+  ProbeSite site;
+  site.microbatch = state.microbatch;
+  site.chunk = NodeProbes::chunk();
+  site.layer = ProbeLayerName(config_.layers + config_.mtp_layers - 1, config_.layers);
+  site.node = "mtp_post_process";
+  std::vector<at::Tensor> stacked{main};
+  stacked.insert(stacked.end(), mtp_hidden.begin(), mtp_hidden.end());
+  NodeProbes::RecordOutputs(site, {at::cat(stacked, 0)});
 }
 
 at::Tensor GptModel::FinalNorm(const at::Tensor& x) const {

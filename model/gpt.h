@@ -126,9 +126,20 @@ class GptModel {
   at::Tensor LayerResidual(const at::Tensor& residual, const at::Tensor& mlp,
                            const MhcMapping* mhc) const;
 
-  // The whole layer as one differentiable function, all-to-alls blocking.
+  // The whole layer as one differentiable function, all-to-alls blocking. With node probes on
+  // (core/node_probes.h) it records the reference engine's probes of the layer.
   at::Tensor DecoderLayer(const LayerWeights& layer, const at::Tensor& x, const ChunkState& state,
                           MicrobatchLosses* losses) const;
+  // The reference engine's probe of the last decoder layer's output after the final norm (the
+  // overlap's last node of that layer includes it); `main` is SplitDecoderOutput's main.
+  void ProbeDecoderOutput(const at::Tensor& main, const ChunkState& state) const;
+  // MtpFinalNorm, whose input gradient is the overlap's mtp_post_process node's.
+  at::Tensor ProbedMtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x,
+                                const ChunkState& state) const;
+  // The reference engine's probe of the last MTP depth's output as the overlap's last
+  // mtp_post_process node gives it: the main hidden states with every depth's stacked under them.
+  void ProbeMtpOutput(const at::Tensor& main, const std::vector<at::Tensor>& mtp_hidden,
+                      const ChunkState& state) const;
 
   // The decoder's final norm (under mHC after the streams' contraction).
   at::Tensor FinalNorm(const at::Tensor& x) const;

@@ -108,13 +108,10 @@ at::Tensor LayerSchedule::Run(const NodeOp& op, at::Tensor grad) {
 void LayerSchedule::Probe(const char* node, Phase phase, const std::vector<at::Tensor>& tensors) {
   if (!NodeProbes::enabled()) return;
   const ChunkPlan& plan = chunk_->plan();
-  const int64_t model_layer = plan.ModelLayer(layer_);
   ProbeSite site;
   site.microbatch = chunk_->state().microbatch;
   site.chunk = plan.stage.chunk;
-  site.layer = plan.is_mtp(layer_)
-                   ? "mtp " + std::to_string(model_layer - plan.model_decoder_layers)
-                   : "decoder " + std::to_string(model_layer);
+  site.layer = ProbeLayerName(plan.ModelLayer(layer_), plan.model_decoder_layers);
   site.node = node;
   site.phase = ToString(phase);
   NodeProbes::Record(site, tensors);

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "core/memory.h"
+#include "core/node_probes.h"
 
 namespace bitparity {
 namespace {
@@ -30,6 +31,7 @@ class CheckpointNode : public torch::autograd::Node {
     at::Tensor out;
     {
       torch::AutoGradMode enable(true);
+      const ProbeReplayScope replay;  // node probes of the body are replay records
       out = body_(leaves);
     }
     MemoryTimeline::Mark("checkpoint replay");

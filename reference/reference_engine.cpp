@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/memory.h"
+#include "core/node_probes.h"
 #include "core/pipeline_schedule.h"
 #include "reference/checkpoint.h"
 
@@ -22,6 +23,20 @@ ReferenceEngine::ReferenceEngine(GptModel* model, const RecomputeConfig& recompu
     const PipelineStage& s = layout.pipeline.stage(layout.pp_rank, c);
     chunk_plans_.push_back(BuildRecomputePlan(recompute, s.layers, s.mtp_layers));
   }
+}
+
+void ReferenceEngine::ProbeMtpInput(const at::Tensor& decoder_output, const ChunkState& state) {
+  // The overlap's first MTP depth takes the decoder's output as its attn node's input; its input
+  // gradient is the decoder output's whole gradient (main loss and MTP). Under mHC the depth
+  // reads the streams' bridge instead, which has no counterpart here.
+  const ModelConfig& config = model_->config();
+  if (!NodeProbes::enabled() || config.mtp_layers == 0 || config.mhc()) return;
+  ProbeSite site;
+  site.microbatch = state.microbatch;
+  site.chunk = NodeProbes::chunk();
+  site.layer = ProbeLayerName(config.layers, config.layers);
+  site.node = "attn";
+  NodeProbes::RecordInputGradients(site, {decoder_output});
 }
 
 void ReferenceEngine::WholeChunkForward(ChunkState* state, MicrobatchLosses* losses) {
@@ -44,21 +59,24 @@ void ReferenceEngine::WholeChunkForward(ChunkState* state, MicrobatchLosses* los
         at::Tensor x = in[0];
         for (const LayerWeights& layer : w.layers) x = model->DecoderLayer(layer, x, states[0], ls);
         const DecoderOutput decoder = model->SplitDecoderOutput(x);
+        model->ProbeDecoderOutput(decoder.main, states[0]);
         std::vector<at::Tensor> outputs{decoder.main};
         at::Tensor previous = decoder.mtp_input;
         for (int64_t d = 0; d < depths; ++d) {
           const MtpWeights& mtp = w.mtp[d];
           const ChunkState& st = states[static_cast<size_t>(d + 1)];
           at::Tensor y = model->MtpPrologue(mtp, in[1 + d], previous);
-          outputs.push_back(model->MtpFinalNorm(mtp, model->DecoderLayer(mtp.layer, y, st, ls)));
+          outputs.push_back(
+              model->ProbedMtpFinalNorm(mtp, model->DecoderLayer(mtp.layer, y, st, ls), st));
           previous = outputs.back();
         }
         return at::cat(outputs, 0);
       },
       inputs);
   std::vector<at::Tensor> chunks = hidden.chunk(1 + depths, 0);
-  model_->PostProcess(chunks[0], std::vector<at::Tensor>(chunks.begin() + 1, chunks.end()), *state,
-                      losses);
+  const std::vector<at::Tensor> mtp_hidden(chunks.begin() + 1, chunks.end());
+  model_->ProbeMtpOutput(chunks[0], mtp_hidden, *state);
+  model_->PostProcess(chunks[0], mtp_hidden, *state, losses);
 }
 
 at::Tensor ReferenceEngine::DecoderForward(const at::Tensor& embedded, const ChunkState& state,
@@ -96,12 +114,14 @@ void ReferenceEngine::Forward(ChunkState* state, MicrobatchLosses* losses) {
   const int64_t layers = model_->config().layers;
   const DecoderOutput decoder =
       model_->SplitDecoderOutput(DecoderForward(model_->Embed(state->input_ids), *state, losses));
+  model_->ProbeDecoderOutput(decoder.main, *state);
   const at::Tensor& hidden = decoder.main;
 
   // MTP depths, Megatron layout: the shifted embedding lookup outside the checkpoint, the
   // norms, projection, transformer layer and final norm inside it.
   std::vector<at::Tensor> mtp_hidden;
   at::Tensor previous = decoder.mtp_input;
+  ProbeMtpInput(previous, *state);
   for (int64_t d = 0; d < model_->config().mtp_layers; ++d) {
     const MtpWeights& mtp = w.mtp[d];
     at::Tensor embedding = model_->MtpEmbedding(state);
@@ -111,13 +131,14 @@ void ReferenceEngine::Forward(ChunkState* state, MicrobatchLosses* losses) {
     auto body = [model, &mtp, st = *state, ls](const std::vector<at::Tensor>& in) {
       at::Tensor x = model->MtpPrologue(mtp, in[0], in[1]);
       x = model->DecoderLayer(mtp.layer, x, st, ls);
-      return model->MtpFinalNorm(mtp, x);
+      return model->ProbedMtpFinalNorm(mtp, x, st);
     };
     at::Tensor out = plan_.recomputed(layers + d) ? Checkpoint(body, {embedding, previous})
                                                   : body({embedding, previous});
     mtp_hidden.push_back(out);
     previous = out;
   }
+  model_->ProbeMtpOutput(hidden, mtp_hidden, *state);
   model_->PostProcess(hidden, mtp_hidden, *state, losses);
 }
 
@@ -180,6 +201,7 @@ ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStag
 
   // The chunk's decoder layers under the recompute plan counted within the chunk.
   const RecomputePlan& plan = chunk_plans_[static_cast<size_t>(stage.chunk)];
+  NodeProbes::SetChunk(stage.chunk);
   GptModel* model = model_;
   for (int64_t l = 0; l < stage.layers;) {
     const LayerSegment* segment = plan.SegmentStartingAt(l);
@@ -202,23 +224,28 @@ ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStag
         {hidden});
     l += count;
   }
-  if (stage.final_norm) hidden = model_->FinalNorm(hidden);
+  if (stage.final_norm) {
+    hidden = model_->FinalNorm(hidden);
+    model_->ProbeDecoderOutput(hidden, *state);
+  }
 
   // MTP depths as in the whole-model forward.
   at::Tensor previous = hidden;
+  if (stage.final_norm && stage.mtp_layers > 0) ProbeMtpInput(previous, *state);
   for (int64_t i = 0; i < stage.mtp_layers; ++i) {
     const MtpWeights& mtp = w.mtp[static_cast<size_t>(stage.first_mtp + i)];
     at::Tensor embedding = model_->MtpEmbedding(state);
     auto body = [model, &mtp, st = *state, losses](const std::vector<at::Tensor>& in) {
       at::Tensor x = model->MtpPrologue(mtp, in[0], in[1]);
       x = model->DecoderLayer(mtp.layer, x, st, losses);
-      return model->MtpFinalNorm(mtp, x);
+      return model->ProbedMtpFinalNorm(mtp, x, st);
     };
     at::Tensor out = plan.recomputed(stage.layers + i) ? Checkpoint(body, {embedding, previous})
                                                        : body({embedding, previous});
     mtp_hidden.push_back(out);
     previous = out;
   }
+  if (stage.final_norm) model_->ProbeMtpOutput(hidden, mtp_hidden, *state);
 
   if (stage.loss) {
     model_->PostProcess(hidden, mtp_hidden, *state, losses);

@@ -45,6 +45,9 @@ class ReferenceEngine : public Engine {
                             MicrobatchLosses* losses);
   // Recompute unit "chunk": every decoder and MTP layer in one checkpoint.
   void WholeChunkForward(ChunkState* state, MicrobatchLosses* losses);
+  // Node probes: the gradient of the decoder output the first MTP depth reads, as that depth's
+  // attn input gradient (the overlap engine's record of the same key).
+  void ProbeMtpInput(const at::Tensor& decoder_output, const ChunkState& state);
 
   // The pipeline path.
   std::vector<MicrobatchLosses> RunPipelined(std::vector<ChunkState>& microbatches);

@@ -73,7 +73,6 @@ int Run(const WorkerRequest& request) {
   PinEnvironment(ToString(device));
   MemoryTracker::Install();
   MemoryTimeline::Enable(request.memory_timeline);
-  NodeProbes::Enable(request.probes || recipe.trace.node_probes);
   ConfigureDeterminism(recipe.parallel.threads);
   if (device == DeviceKind::kCuda && cuda::Compiled()) cuda::ConfigureDeterminism();
   // Collectives give up a little before the launcher's deadline, so that a rank stuck waiting for
@@ -117,6 +116,8 @@ int Run(const WorkerRequest& request) {
   const int64_t iterations =
       stop_after > 0 ? std::min(stop_after, recipe.train.iterations) : recipe.train.iterations;
   const auto& dump_at = recipe.trace.dump_grads_at;
+  // After the memory probe, whose passes are not the training's.
+  NodeProbes::Enable(request.probes || recipe.trace.node_probes);
   for (int64_t it = 1; it <= iterations; ++it) {
     MaybeInjectFault(fault, context.rank, it);
     std::vector<TensorDump> dumps;

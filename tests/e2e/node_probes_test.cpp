@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/trace.h"
+#include "harness/probe_compare.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
@@ -29,6 +31,8 @@ method = "uniform"
 num_layers = 1
 [precision]
 recipe = "fp32"
+[arms.reference]
+engine = "reference"
 [arms.overlap]
 engine = "overlap"
 )";
@@ -79,6 +83,56 @@ TEST_F(NodeProbesRun, EveryReplayEqualsItsFirstPass) {
     }
     EXPECT_TRUE(forward && replay && backward && mtp);
   }
+}
+
+TEST_F(NodeProbesRun, BothArmsRecordTheSameKeysWithTheSameBits) {
+  Run("arms", {"--repeats", "1"}, 0);
+  const Trace overlap = ReadTrace(dir_.File("arms/overlap/run1/trace.h5"));
+  const Trace reference = ReadTrace(dir_.File("arms/reference/run1/trace.h5"));
+  ASSERT_TRUE(HasProbes(reference));
+  // Every forward and backward record of the overlap arm has its counterpart in the reference,
+  // with the same bits.
+  for (size_t r = 0; r < overlap.ranks.size(); ++r) {
+    std::map<std::string, uint64_t> keys;
+    for (const ProbeRecord& p : reference.ranks[r].probes) {
+      if (p.phase != "replay") keys.emplace(DescribeProbe(p), p.digest);
+    }
+    int64_t aligned = 0;
+    for (const ProbeRecord& p : overlap.ranks[r].probes) {
+      if (p.phase == "replay") continue;
+      auto it = keys.find(DescribeProbe(p));
+      ASSERT_NE(it, keys.end()) << "the reference has no record " << DescribeProbe(p);
+      EXPECT_EQ(it->second, p.digest) << DescribeProbe(p);
+      ++aligned;
+    }
+    EXPECT_GT(aligned, 100);
+  }
+  EXPECT_TRUE(FirstCrossArmDivergences(overlap, reference).empty());
+}
+
+TEST_F(NodeProbesRun, AnArmThatPartsFromTheBaselineIsNamedAtTheOperation) {
+  // The combine of one microbatch unpermutes with the routing plan another microbatch left in the
+  // layer: the arms part at the first MoE layer's combine of the second microbatch, on each rank.
+  const nlohmann::json report =
+      Run("stale", {"--repeats", "1"}, 1, {{"BITPARITY_INJECT_BUG", "stale_routing_metadata"}});
+  const nlohmann::json& gradients = CheckNamed(report, "overlap vs reference: gradients");
+  EXPECT_EQ(gradients["verdict"], "fail");
+  ASSERT_TRUE(gradients["figures"].contains("first_divergent_operations")) << gradients.dump();
+  const nlohmann::json& sentences = gradients["figures"]["first_divergent_operations"];
+  ASSERT_EQ(sentences.size(), 2u) << gradients.dump();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(sentences[rank].get<std::string>().rfind(
+                  "rank " + std::to_string(rank) +
+                      ": first divergent operation: iteration 1, microbatch 1, chunk 0, decoder 1, "
+                      "moe_combine forward, output 0 (its inputs and everything both arms "
+                      "recorded before it are equal; the tensor differs",
+                  0),
+              0u)
+        << sentences.dump();
+  }
+  EXPECT_NE(gradients["details"].get<std::string>().find("rank 1: first divergent operation"),
+            std::string::npos)
+      << gradients["details"];
 }
 
 TEST_F(NodeProbesRun, AReplayWithoutItsSnapshotFailsAtTheOperationItCorrupted) {

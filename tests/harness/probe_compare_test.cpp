@@ -149,5 +149,36 @@ TEST(NodeProbes, ARunThatDiffersNamesEachRanksFirstDivergentOperation) {
       << check.details;
 }
 
+TEST(NodeProbes, AcrossArmsRecordsAlignByKeyWhateverTheOrder) {
+  // The baseline ran the same operations in another order, and without replays.
+  const Trace overlap = ProbedTrace();
+  Trace reference = ProbedTrace();
+  for (RankTrace& rank : reference.ranks) {
+    std::vector<ProbeRecord> reordered;
+    for (const ProbeRecord& p : rank.probes) {
+      if (p.phase != "replay") reordered.insert(reordered.begin(), p);
+    }
+    rank.probes = reordered;
+  }
+  EXPECT_TRUE(FirstCrossArmDivergences(overlap, reference).empty());
+  // Rank 0's decoder 1 mlp output differs in the reference, and so does what follows from it.
+  reference.ranks[0].probes[2].digest ^= 1;  // reversed: index 2 is decoder 1 mlp forward
+  reference.ranks[0].probes[0].digest ^= 1;  // decoder 1 attn backward
+  ASSERT_EQ(reference.ranks[0].probes[2].node, "mlp");
+  ASSERT_EQ(reference.ranks[0].probes[0].phase, "backward");
+  const std::vector<ProbeDivergence> found = FirstCrossArmDivergences(overlap, reference);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].Describe(),
+            "rank 0: first divergent operation: iteration 1, microbatch 0, chunk 0, decoder 1, "
+            "mlp forward, output 0 (its inputs and everything both arms recorded before it are "
+            "equal; the tensor differs: digest 0x00000000000003ed vs 0x00000000000003ec)");
+  // A check that failed across arms carries the sentence.
+  CheckResult check;
+  check.verdict = Verdict::kFail;
+  AddFirstDivergentOperations(overlap, reference, /*across_arms=*/true, &check);
+  EXPECT_EQ(check.figures["first_divergent_operations"].size(), 1u);
+  EXPECT_EQ(check.details.rfind("rank 0: first divergent operation", 0), 0u) << check.details;
+}
+
 }  // namespace
 }  // namespace bitparity

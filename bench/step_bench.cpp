@@ -60,7 +60,7 @@ std::string WithIterations(const std::string& recipe, int64_t iterations, const 
   return path;
 }
 
-StepFigures RunArm(const std::string& source_recipe, const std::string& arm) {
+StepFigures RunArm(const std::string& source_recipe, const std::string& arm, bool probes = false) {
   const fs::path dir =
       fs::temp_directory_path() / ("bitparity_bench_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -69,6 +69,7 @@ StepFigures RunArm(const std::string& source_recipe, const std::string& arm) {
   launch.executable = BITPARITY_BINARY;
   launch.worker.recipe_path = recipe;
   launch.worker.arm = arm;
+  launch.worker.probes = probes;
   launch.trace_path = (dir / (arm + ".h5")).string();
   launch.log_dir = (dir / (arm + ".logs")).string();
   Recipe r = LoadRecipe(recipe);
@@ -142,6 +143,35 @@ void RegisterRecipe(const std::string& name) {
   }
 }
 
+// The cost of node probes: the overlap arm of `name` with probes off and on, alternating within
+// each repetition so that both see the same machine; the step-time ratio on / off is the
+// overhead (reported, not gated).
+void RegisterProbeCost(const std::string& name) {
+  const std::string path = std::string(BITPARITY_SOURCE_DIR) + "/recipes/" + name + ".toml";
+  benchmark::RegisterBenchmark(("BM_ProbeCost/" + name + "/overlap").c_str(),
+                               [path](benchmark::State& state) {
+                                 StepFigures off, on;
+                                 for (auto _ : state) {
+                                   try {
+                                     off = RunArm(path, "overlap", /*probes=*/false);
+                                     on = RunArm(path, "overlap", /*probes=*/true);
+                                   } catch (const std::exception& e) {
+                                     state.SkipWithError(e.what());
+                                     return;
+                                   }
+                                   state.SetIterationTime(on.step_seconds);
+                                 }
+                                 state.counters["step_ms_probes_off"] = off.step_seconds * 1e3;
+                                 state.counters["step_ms_probes_on"] = on.step_seconds * 1e3;
+                                 state.counters["probe_overhead"] =
+                                     off.step_seconds > 0 ? on.step_seconds / off.step_seconds - 1
+                                                          : 0;
+                               })
+      ->Iterations(1)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
 }  // namespace
 }  // namespace bitparity
 
@@ -149,6 +179,7 @@ int main(int argc, char** argv) {
   bitparity::ConfigureDeterminism(1);
   bitparity::RegisterRecipe("default");
   bitparity::RegisterRecipe("memory");
+  bitparity::RegisterProbeCost("default");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

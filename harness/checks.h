@@ -44,7 +44,8 @@ struct CheckResult {
   std::string summary;                                // one line
   std::string details;                                // what differs, localization
   nlohmann::json figures = nlohmann::json::object();  // every figure, for the JSON report
-  std::optional<Difference> difference;               // the first difference, for localization
+  double seconds = 0;  // the wall time of the runs it compared (JUnit's testcase time)
+  std::optional<Difference> difference;  // the first difference, for localization
   // Record comparisons (kReproduces, kLoss, kGradients, kParameters, kGolden, when bitwise).
   int64_t compared_records = 0;
   int64_t differing_records = 0;

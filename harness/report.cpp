@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "harness/probe_compare.h"
 #include "harness/trace_compare.h"
 
 namespace bitparity {
@@ -214,7 +215,22 @@ std::string JunitReport(const std::vector<RunReport>& reports) {
       pugi::xml_node t = s.append_child("testcase");
       t.append_attribute("classname") = ("bitparity." + suite.name).c_str();
       t.append_attribute("name") = c.name.c_str();
-      t.append_attribute("time") = 0.0;
+      t.append_attribute("time") = c.seconds;
+      if (c.figures.contains("first_divergent_operations")) {
+        // The sentences where a CI page shows them without opening the failure's text.
+        pugi::xml_node props = t.append_child("properties");
+        const nlohmann::json& sentences = c.figures["first_divergent_operations"];
+        for (const nlohmann::json& sentence : sentences) {
+          pugi::xml_node p = props.append_child("property");
+          p.append_attribute("name") = "first_divergent_operation";
+          p.append_attribute("value") = sentence.get<std::string>().c_str();
+        }
+        if (sentences.empty()) {
+          pugi::xml_node p = props.append_child("property");
+          p.append_attribute("name") = "first_divergent_operation";
+          p.append_attribute("value") = kProbesAllEqual;
+        }
+      }
       const std::string body = c.details.empty() ? c.summary : c.summary + "\n" + c.details;
       if (c.verdict == Verdict::kFail) {
         pugi::xml_node f = t.append_child("failure");

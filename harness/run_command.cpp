@@ -496,6 +496,21 @@ class RecipeRun {
   }
 
   void Record(CheckResult check, std::vector<ComparedRun> runs) {
+    // The check's time is its runs' (each counted once); an arm-wide check takes all its runs.
+    std::vector<const ArmRun*> timed;
+    auto add = [&](const ArmRun& run) {
+      if (std::find(timed.begin(), timed.end(), &run) == timed.end()) timed.push_back(&run);
+    };
+    for (const ComparedRun& r : runs) {
+      auto arm = runs_.find(r.arm);
+      if (arm != runs_.end() && r.run >= 1 && r.run <= static_cast<int64_t>(arm->second.size())) {
+        add(arm->second[static_cast<size_t>(r.run - 1)]);
+      }
+    }
+    if (runs.empty() && runs_.count(check.arm)) {
+      for (const ArmRun& run : runs_.at(check.arm)) add(run);
+    }
+    for (const ArmRun* run : timed) check.seconds += run->seconds;
     checks_.push_back(std::move(check));
     pairs_.push_back(std::move(runs));
   }

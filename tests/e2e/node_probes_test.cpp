@@ -7,6 +7,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <pugixml.hpp>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,20 @@ TEST_F(NodeProbesRun, AnArmThatPartsFromTheBaselineIsNamedAtTheOperation) {
   EXPECT_NE(gradients["details"].get<std::string>().find("rank 1: first divergent operation"),
             std::string::npos)
       << gradients["details"];
+  // The JUnit testcase carries the sentences as properties, and the time of the runs compared.
+  pugi::xml_document junit;
+  ASSERT_TRUE(junit.load_file(dir_.File("stale/junit.xml").c_str()));
+  const pugi::xml_node testcase =
+      junit.select_node("//testcase[@name='overlap vs reference: gradients']").node();
+  ASSERT_TRUE(testcase);
+  EXPECT_GT(testcase.attribute("time").as_double(), 0.0);
+  int properties = 0;
+  for (const pugi::xpath_node& p : testcase.select_nodes("properties/property")) {
+    EXPECT_STREQ(p.node().attribute("name").value(), "first_divergent_operation");
+    EXPECT_EQ(std::string(p.node().attribute("value").value()).rfind("rank ", 0), 0u);
+    ++properties;
+  }
+  EXPECT_EQ(properties, 2);
 }
 
 TEST_F(NodeProbesRun, AReplayWithoutItsSnapshotFailsAtTheOperationItCorrupted) {

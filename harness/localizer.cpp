@@ -12,9 +12,13 @@ void LocalizeFailures(std::vector<CheckResult>& checks,
                       const RerunWithDumps& rerun) {
   for (size_t i = 0; i < checks.size(); ++i) {
     CheckResult& check = checks[i];
-    if (check.verdict != Verdict::kFail || !check.difference) continue;
+    if (check.verdict != Verdict::kFail || !check.difference || compared[i].size() != 2) continue;
     Difference& d = *check.difference;
-    if (d.record != "grad_digest" || d.tensor || compared[i].size() != 2) continue;
+    const bool needs_dumps = d.record == "grad_digest" && !d.tensor;
+    // Two runs compared without node probes: their reruns record them, and name the operation.
+    const bool needs_probes = !check.figures.contains("first_divergent_operations") &&
+                              !compared[i][0].arm.empty() && !compared[i][1].arm.empty();
+    if (!needs_dumps && !needs_probes) continue;
     const std::string label = "check" + std::to_string(i + 1);
     auto side = [&](const ComparedRun& run, const char* suffix) -> std::optional<Trace> {
       if (run.arm.empty()) return golden ? std::optional<Trace>(*golden) : std::nullopt;
@@ -22,6 +26,11 @@ void LocalizeFailures(std::vector<CheckResult>& checks,
     };
     std::optional<Trace> a = side(compared[i][0], "_a");
     std::optional<Trace> b = side(compared[i][1], "_b");
+    if (needs_probes && a && b && HasProbes(*a) && HasProbes(*b)) {
+      AddFirstDivergentOperations(*a, *b, compared[i][0].arm != compared[i][1].arm, &check);
+      check.figures["first_divergent_operations_from"] = "reruns with node probes";
+    }
+    if (!needs_dumps) continue;
     std::string note;
     const TensorDump* da = a ? FindDump(*a, d.rank, d.iteration, d.param) : nullptr;
     const TensorDump* db = b ? FindDump(*b, d.rank, d.iteration, d.param) : nullptr;

@@ -4,7 +4,9 @@
 // The localizer: a failed check whose first difference is a main grad's digest names the
 // parameter but not the element. It reruns both runs the check compared up to that iteration
 // with full gradient dumps there, compares the two dumps and names the first differing element,
-// its values, the ulp distance and how many elements differ.
+// its values, the ulp distance and how many elements differ. The reruns record node probes: a
+// check of two runs made without them gets each rank's first divergent operation from the reruns
+// (escalation), whatever its first difference.
 
 #include <cstdint>
 #include <functional>

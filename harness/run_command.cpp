@@ -518,6 +518,11 @@ class RecipeRun {
   // Reruns one run up to `iteration` with full grad dumps there; nullopt if it failed or the
   // rerun budget is spent.
   std::optional<Trace> Rerun(const ComparedRun& ref, int64_t iteration, const std::string& label) {
+    // Checks that compared the same runs (loss, gradients, parameters of one arm pair) share the
+    // reruns.
+    const std::string key =
+        ref.arm + "/" + std::to_string(ref.run) + "@" + std::to_string(iteration);
+    if (auto cached = reruns_.find(key); cached != reruns_.end()) return cached->second;
     if (localize_budget_ <= 0) return std::nullopt;
     --localize_budget_;
     const fs::path dir = fs::path(out_dir_) / "localize" / label;
@@ -529,13 +534,15 @@ class RecipeRun {
         Launch(ref.arm, trace, runs_.at(ref.arm).at(static_cast<size_t>(ref.run - 1)).environment);
     launch.worker.dump_at = {iteration};
     launch.worker.stop_after = iteration;
+    launch.worker.probes = true;
     if (!options_.quiet) {
       console_ << "  localizing: rerunning " << ref.arm << " run " << ref.run
-               << " with full gradient dumps at iteration " << iteration << "\n";
+               << " with full gradient dumps at iteration " << iteration << " and node probes\n";
     }
     LaunchResult result = LaunchArm(launch);
     if (result.exit_code != kExitPass) return std::nullopt;
-    return std::move(result.trace);
+    reruns_[key] = std::move(result.trace);
+    return reruns_[key];
   }
 
   void Localize() {
@@ -633,6 +640,7 @@ class RecipeRun {
   const std::vector<std::string> developer_switches_ = ActiveDeveloperSwitches();
   std::unique_ptr<OutputLock> lock_;         // on out_dir_, from PrepareOutput to the end
   std::unique_ptr<OutputLock> golden_lock_;  // on the golden's folder, with --update-golden
+  std::map<std::string, Trace> reruns_;      // the localizer's, by "arm/run@iteration"
   int interrupted_ = 0;                      // the signal that interrupted the run (0: none)
   std::string infrastructure_error_;
   int64_t localize_budget_ = 0;

@@ -150,6 +150,30 @@ TEST_F(NodeProbesRun, AnArmThatPartsFromTheBaselineIsNamedAtTheOperation) {
   EXPECT_EQ(properties, 2);
 }
 
+TEST_F(NodeProbesRun, AFailureWithoutProbesIsRerunWithThemToNameTheOperation) {
+  testing::CommandResult r = testing::RunBitparity(
+      {"run", recipe_, "--out", dir_.File("escalated"), "--repeats", "1", "--no-golden"},
+      {{"BITPARITY_INJECT_BUG", "stale_routing_metadata"}});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("with full gradient dumps at iteration 1 and node probes"),
+            std::string::npos)
+      << r.output;
+  const nlohmann::json report =
+      nlohmann::json::parse(testing::ReadFile(dir_.File("escalated/report.json")));
+  for (const char* name : {"overlap vs reference: loss", "overlap vs reference: gradients"}) {
+    const nlohmann::json& check = CheckNamed(report, name);
+    EXPECT_EQ(check["verdict"], "fail");
+    EXPECT_EQ(check["figures"]["first_divergent_operations_from"], "reruns with node probes");
+    ASSERT_EQ(check["figures"]["first_divergent_operations"].size(), 2u) << check.dump();
+    EXPECT_NE(check["figures"]["first_divergent_operations"][0].get<std::string>().find(
+                  "iteration 1, microbatch 1, chunk 0, decoder 1, moe_combine forward"),
+              std::string::npos)
+        << check.dump();
+  }
+  // The first run recorded no probes; only the reruns did.
+  EXPECT_TRUE(ReadTrace(dir_.File("escalated/overlap/run1/trace.h5")).ranks[0].probes.empty());
+}
+
 TEST_F(NodeProbesRun, AReplayWithoutItsSnapshotFailsAtTheOperationItCorrupted) {
   const nlohmann::json report =
       Run("skip", {"--repeats", "1"}, 1, {{"BITPARITY_INJECT_BUG", "skip_snapshot_restore"}});

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/digest.h"
 #include "core/enum_names.h"
 #include "core/float_bits.h"
 #include "core/recipe_edit.h"
@@ -136,9 +137,34 @@ void AddFirstDivergentOperations(const Trace& a, const Trace& b, bool across_arm
   result->details = FirstDivergenceLines(result->figures) + result->details;
 }
 
+std::string RecordsDigest(const Trace& trace) {
+  std::string bytes;
+  auto add = [&](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+  };
+  for (const RankTrace& rank : trace.ranks) {
+    add(&rank.rank, sizeof(rank.rank));
+    for (const IterationRecord& it : rank.iterations) {
+      add(&it.iteration, sizeof(it.iteration));
+      for (float v : {it.loss, it.lm_loss, it.mtp_loss, it.aux_loss}) add(&v, sizeof(v));
+      add(&it.grad_norm, sizeof(it.grad_norm));
+      add(&it.learning_rate, sizeof(it.learning_rate));
+      add(it.grad_digests.data(), it.grad_digests.size() * sizeof(uint64_t));
+      add(it.param_digests.data(), it.param_digests.size() * sizeof(uint64_t));
+    }
+  }
+  char text[24];
+  std::snprintf(text, sizeof(text), "0x%016llx",
+                static_cast<unsigned long long>(Digest(bytes.data(), bytes.size())));
+  return text;
+}
+
 CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trace*>& runs) {
   CheckResult result = NewCheck(CheckKind::kReproduces, arm, arm + " reproduces itself");
   result.figures["runs"] = runs.size();
+  nlohmann::json digests = nlohmann::json::array();
+  for (const Trace* run : runs) digests.push_back(RecordsDigest(*run));
+  result.figures["run_digests"] = digests;
   for (size_t k = 1; k < runs.size(); ++k) {
     TraceComparison c = CompareTraces(*runs[0], *runs[k]);
     FromComparison(c, &result, "records in each of " + std::to_string(runs.size()) + " runs");

@@ -93,6 +93,13 @@ AllToAllTime AllToAllTimeOf(const Trace& trace);
 void AddFirstDivergentOperations(const Trace& a, const Trace& b, bool across_arms,
                                  CheckResult* result);
 
+// One digest (XXH3-64, as "0x%016x") of every record a trace's comparison reads: per rank and
+// iteration the losses, grad norm and learning rate bits and every grad and parameter digest.
+// Two runs are bit-identical exactly when their record digests are equal (up to collisions); the
+// reports list each run's, so that "reproduces itself" is checked over every run, never by
+// rerunning until two agree.
+std::string RecordsDigest(const Trace& trace);
+
 // "<arm>: replays equal first pass": with node probes, every forward output of every recompute
 // replay in every run equals its first pass bit for bit; the first mismatch of each rank is
 // named. Skipped when the runs recorded no replay.

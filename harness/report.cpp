@@ -51,6 +51,7 @@ ArmRunReport SummarizeRun(const Trace& trace, const std::string& trace_path, dou
     run.memory.push_back({rank.rank, RankPeakBytes(rank), PredictedPeakBytes(rank)});
   }
   run.all_to_all = AllToAllTimeOf(trace);
+  run.records_digest = RecordsDigest(trace);
   return run;
 }
 
@@ -107,6 +108,7 @@ nlohmann::json JsonReport(const RunReport& report) {
                            {"step_seconds", r.step_seconds},
                            {"peak_bytes", r.peak_bytes},
                            {"peak_bytes_max", r.peak_bytes_max},
+                           {"records_digest", r.records_digest},
                            {"memory", ranks},
                            {"all_to_all",
                             {{"count", r.all_to_all.count},

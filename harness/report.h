@@ -35,7 +35,8 @@ struct ArmRunReport {
   std::vector<int64_t> peak_bytes;   // per iteration, the largest over the ranks
   int64_t peak_bytes_max = 0;        // over iterations and ranks
   std::vector<RankMemoryReport> memory;
-  AllToAllTime all_to_all;  // over ranks and iterations but the first
+  AllToAllTime all_to_all;     // over ranks and iterations but the first
+  std::string records_digest;  // RecordsDigest of the run's trace
 };
 
 // The report of one run from its trace.

@@ -150,6 +150,20 @@ Trace TraceWithAllToAll(double in_flight, double exposed) {
   return trace;
 }
 
+TEST(Checks, EveryRunsRecordsDigestIsReportedAndOneBitChangesIt) {
+  const Trace a = testing::MakeTrace(2, 3);
+  Trace b = testing::MakeTrace(2, 3);
+  EXPECT_EQ(RecordsDigest(a), RecordsDigest(b));
+  b.ranks[1].iterations[2].grad_digests[0] ^= 1;
+  EXPECT_NE(RecordsDigest(a), RecordsDigest(b));
+  CheckResult check = CheckReproduces("overlap", {&a, &a, &b});
+  EXPECT_EQ(check.verdict, Verdict::kFail);
+  ASSERT_EQ(check.figures["run_digests"].size(), 3u);
+  EXPECT_EQ(check.figures["run_digests"][0], check.figures["run_digests"][1]);
+  EXPECT_NE(check.figures["run_digests"][0], check.figures["run_digests"][2]);
+  EXPECT_EQ(check.differing_run, 3);
+}
+
 TEST(Checks, OverlapBoundGatesTheWorstRunsHiddenShare) {
   const Trace half = TraceWithAllToAll(0.2, 0.1);
   const Trace most = TraceWithAllToAll(0.2, 0.02);

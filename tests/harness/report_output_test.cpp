@@ -218,6 +218,7 @@ TEST(ReportOutput, JsonReportIsPinned) {
             3146731
           ],
           "peak_bytes_max": 3146731,
+          "records_digest": "0x2e487cad9e43009a",
           "seconds": 1.0,
           "step_seconds": [
             0.5,
@@ -237,6 +238,10 @@ TEST(ReportOutput, JsonReportIsPinned) {
       "figures": {
         "compared_records": 60,
         "differing_records": 0,
+        "run_digests": [
+          "0x171ed91c5d98874d",
+          "0x171ed91c5d98874d"
+        ],
         "runs": 2
       },
       "kind": "reproduces",

@@ -1,5 +1,7 @@
 #include "app/cli.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -512,6 +514,7 @@ int RunCli(int argc, char** argv) {
           }
           run_options.command_line = JoinArgs(argc, argv);
           const InterruptScope interrupts;
+          run_options.terminal = ::isatty(STDOUT_FILENO) == 1;
           return RunRecipe(run_options, std::cout).exit_code;
         }
         if (*arm) {

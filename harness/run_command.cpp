@@ -299,15 +299,18 @@ class RecipeRun {
             char line[256];
             std::snprintf(line, sizeof(line),
                           "  %-12s run %lld/%lld  iteration %lld/%lld  loss %.6f  elapsed %.1f s"
-                          "  remaining ~%.0f s\n",
+                          "  remaining ~%.0f s",
                           arm.c_str(), static_cast<long long>(k),
                           static_cast<long long>(options_.repeats),
                           static_cast<long long>(e.iteration), static_cast<long long>(e.iterations),
                           e.loss, elapsed, eta);
-            console_ << line << std::flush;
+            // On a terminal the run's line is rewritten in place ("\r", then clear to its end).
+            console_ << (options_.terminal ? "\r" : "") << line
+                     << (options_.terminal ? "\x1b[K" : "\n") << std::flush;
           };
         }
         LaunchResult result = LaunchArm(launch);
+        if (options_.terminal && !options_.quiet) console_ << "\n" << std::flush;  // keep its line
         run.seconds = result.seconds;
         if (result.exit_code == kExitBadInput) throw InputError(result.failure);
         if (result.exit_code > 128) interrupted_ = result.exit_code - 128;

@@ -30,6 +30,9 @@ struct RunOptions {
   std::vector<std::string> perturb;
   int64_t localize_runs = 4;  // most reruns spent on localizing divergences
   bool quiet = false;
+  // The console is a terminal: each run's progress is one line rewritten in place (in a pipe or
+  // a CI log, one line per iteration).
+  bool terminal = false;
   bool memory_timeline = false;  // record live bytes at every phase mark in the traces
   bool probes = false;           // node probes in every trace, whatever the recipe says
   std::string command_line;

@@ -21,6 +21,7 @@
 #include "core/recipe.h"
 #include "core/trace.h"
 #include "core/trace_keys.h"
+#include "harness/process.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
@@ -338,6 +339,39 @@ TEST_F(SmallRecipeTest, ASecondProcessIsRefusedTheOutputFolderOfAFirst) {
   EXPECT_FALSE(fs::exists(dir_.File("busy/report.json")));
   ::close(fd);  // the holder ends: the folder is free again
   EXPECT_EQ(Run("busy", {"--arms", "reference", "--repeats", "1", "--no-golden"}).exit_code, 0);
+}
+
+TEST_F(SmallRecipeTest, OnATerminalEachRunsProgressIsOneLineRewrittenInPlace) {
+  // util-linux's script(1) gives the run a terminal; in a pipe (every other test) progress is one
+  // line per iteration.
+  ProcessOptions process;
+  process.executable = "script";
+  process.arguments = {"-qfec",
+                       testing::BitparityBinary() + " run " + recipe_ + " --out " +
+                           dir_.File("tty") + " --arms reference --repeats 1 --no-golden",
+                       "/dev/null"};
+  process.output_path = dir_.File("tty.log");
+  int exit_code = -1;
+  try {
+    exit_code = RunProcess(process);
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << "no script(1) to give the run a terminal: " << e.what();
+  }
+  ASSERT_EQ(exit_code, 0) << testing::ReadFile(dir_.File("tty.log"));
+  const std::string out = testing::ReadFile(dir_.File("tty.log"));
+  const size_t first = out.find("\r  reference    run 1/1  iteration 1/4");
+  ASSERT_NE(first, std::string::npos) << out;
+  const size_t last = out.find("iteration 4/4", first);
+  ASSERT_NE(last, std::string::npos) << out;
+  // Four updates, one line: no newline between the first and the last.
+  EXPECT_EQ(out.substr(first, last - first).find('\n'), std::string::npos) << out;
+  EXPECT_NE(out.find("\x1b[K", first), std::string::npos) << out;
+  // In a pipe: a line per iteration.
+  testing::CommandResult piped =
+      testing::RunBitparity({"run", recipe_, "--out", dir_.File("pipe"), "--arms", "reference",
+                             "--repeats", "1", "--no-golden"});
+  EXPECT_EQ(piped.output.find('\r'), std::string::npos);
+  EXPECT_NE(piped.output.find("iteration 2/4  loss"), std::string::npos) << piped.output;
 }
 
 TEST_F(SmallRecipeTest, AGoldenIsUpdatedByOneProcessAtATime) {

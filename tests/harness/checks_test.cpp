@@ -125,6 +125,11 @@ TEST(Checks, GoldenOfOtherRecipeSettingsFailsNamingThemAndAMissingOneIsSkipped) 
   EXPECT_NE(c.summary.find("other settings (model.heads: 2 -> (absent); model.hidden: 16 -> 8)"),
             std::string::npos)
       << c.summary;
+  // What the run checks and records decides no bit: a golden survives new gates and probes.
+  golden.attributes[trace_keys::kRecipe] =
+      "[model]\nhidden = 8\nlayers = 2\n[trace]\nprobes = \"nodes\"\n[[compare.overlap]]\n"
+      "arm = \"overlap\"\nhidden_at_least = 0.5\n";
+  EXPECT_EQ(CheckGolden("reference", run, &golden, "").verdict, Verdict::kPass);
 }
 
 TEST(Checks, RecipeSettingChangesIgnoreTheTextAroundTheSettings) {

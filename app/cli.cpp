@@ -398,6 +398,8 @@ int RunCli(int argc, char** argv) {
   matrix->add_option("--repeats", matrix_options.repeats, "Runs per arm and cell (default 2)")
       ->check(CLI::Range(1, 100));
   matrix->add_flag("--quiet", matrix_options.quiet, "Do not print the details of failed cells");
+  matrix->add_flag("--probes", matrix_options.probes,
+                   "Record node probes in every cell's traces (see `run --probes`)");
   matrix->footer(kExitCodesHelp);
 
   std::string validate_recipe;

@@ -26,6 +26,7 @@ struct MatrixOptions {
   std::string out_dir;  // default: out/<matrix name>
   int64_t repeats = 2;
   bool quiet = false;
+  bool probes = false;  // node probes in every cell's traces (RunOptions::probes)
   std::string command_line;
 };
 

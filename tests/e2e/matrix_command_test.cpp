@@ -100,13 +100,18 @@ pipeline = ["pp2-vpp2", "mtp_only"]
 [matrix.layouts]
 mtp_only = { pp = 2, layout = "Et|tt|t|mL" }
 )");
-  testing::CommandResult r =
-      testing::RunBitparity({"matrix", matrix, "--out", dir.File("out"), "--repeats", "1"});
+  // With node probes in both engines' pipeline schedules: every replay equals its first pass.
+  testing::CommandResult r = testing::RunBitparity(
+      {"matrix", matrix, "--out", dir.File("out"), "--repeats", "1", "--probes"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   nlohmann::json report = nlohmann::json::parse(testing::ReadFile(dir.File("out/report.json")));
   ASSERT_EQ(report["cells"].size(), 2u);
   for (const auto& cell : report["cells"]) {
     EXPECT_EQ(cell["checks"]["overlap vs reference: gradients"]["verdict"], "pass") << cell;
+    for (const char* arm : {"reference", "overlap"}) {
+      const auto& replays = cell["checks"][std::string(arm) + ": replays equal first pass"];
+      EXPECT_TRUE(replays["verdict"] == "pass" || replays["verdict"] == "skipped") << cell;
+    }
   }
   const std::string recipe = testing::ReadFile(dir.File("out/mtp_only/recipe.toml"));
   EXPECT_NE(recipe.find("pipeline_layout = 'Et|tt|t|mL'"), std::string::npos) << recipe;

@@ -153,10 +153,7 @@ std::string RecordsDigest(const Trace& trace) {
       add(it.param_digests.data(), it.param_digests.size() * sizeof(uint64_t));
     }
   }
-  char text[24];
-  std::snprintf(text, sizeof(text), "0x%016llx",
-                static_cast<unsigned long long>(Digest(bytes.data(), bytes.size())));
-  return text;
+  return HexDigest(Digest(bytes.data(), bytes.size()));
 }
 
 CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trace*>& runs) {

@@ -4,14 +4,10 @@
 #include <map>
 #include <tuple>
 
+#include "harness/trace_compare.h"
+
 namespace bitparity {
 namespace {
-
-std::string Hex(uint64_t digest) {
-  char text[24];
-  std::snprintf(text, sizeof(text), "0x%016llx", static_cast<unsigned long long>(digest));
-  return text;
-}
 
 std::string Shape(const std::vector<int64_t>& shape) {
   std::string text = "[";
@@ -51,7 +47,8 @@ std::string ProbeDivergence::Describe() const {
     return text + "the tensor differs: " + a.dtype + " " + Shape(a.shape) + " vs " + b->dtype +
            " " + Shape(b->shape) + ")";
   }
-  return text + "the tensor differs: digest " + Hex(a.digest) + " vs " + Hex(b->digest) + ")";
+  return text + "the tensor differs: digest " + HexDigest(a.digest) + " vs " +
+         HexDigest(b->digest) + ")";
 }
 
 std::string FirstDivergenceLines(const nlohmann::json& figures) {
@@ -123,8 +120,8 @@ std::vector<ProbeDivergence> FirstCrossArmDivergences(const Trace& a, const Trac
 
 std::string ReplayMismatch::Describe() const {
   return "rank " + std::to_string(rank) + ": " + DescribeProbe(replay) +
-         " differs from its first pass (digest " + Hex(replay.digest) + " vs " +
-         Hex(first_pass.digest) +
+         " differs from its first pass (digest " + HexDigest(replay.digest) + " vs " +
+         HexDigest(first_pass.digest) +
          (replay.shape != first_pass.shape
               ? ", shape " + Shape(replay.shape) + " vs " + Shape(first_pass.shape)
               : std::string()) +

@@ -10,17 +10,17 @@
 #include "core/float_bits.h"
 
 namespace bitparity {
+
+std::string HexDigest(uint64_t digest) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "0x%016" PRIx64, digest);
+  return buffer;
+}
 namespace {
 
 std::string Float(double v) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), "%.9g", v);
-  return buffer;
-}
-
-std::string Hex(uint64_t v) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "0x%016" PRIx64, v);
   return buffer;
 }
 
@@ -187,7 +187,7 @@ class Comparer {
         d.rank = static_cast<int64_t>(r);
         d.record = da != db ? "grad_digest" : "grad_dump";
         d.param = name;
-        d.detail = "digest " + Hex(da) + " vs " + Hex(db);
+        d.detail = "digest " + HexDigest(da) + " vs " + HexDigest(db);
         d.tensor = tensor;
         Report(d);
       }
@@ -206,7 +206,7 @@ class Comparer {
         d.rank = static_cast<int64_t>(r);
         d.record = "param_digest";
         d.param = ra.param_names[p];
-        d.detail = "digest " + Hex(da) + " vs " + Hex(db);
+        d.detail = "digest " + HexDigest(da) + " vs " + HexDigest(db);
         Report(d);
       }
     }

@@ -16,6 +16,9 @@
 
 namespace bitparity {
 
+// A digest as the reports print it: "0x" and 16 hex digits.
+std::string HexDigest(uint64_t digest);
+
 // Element-level comparison of one tensor present in both traces.
 struct TensorComparison {
   std::string name;

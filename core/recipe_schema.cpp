@@ -291,6 +291,36 @@ constexpr const char* kToleranceType = "\"bitwise\" | { atol, rtol } | { ulps }"
 
 }  // namespace
 
+// The reader of [[compare.<key>]]: every entry of the array read by `entry_keys` into
+// (policy.*member).
+template <typename Entry>
+std::function<void(TableReader&, ComparePolicy*)> ArrayOfTablesKey(
+    const std::string& key, const KeyTable<Entry>& entry_keys,
+    std::vector<Entry> ComparePolicy::*member) {
+  return [key, &entry_keys, member](TableReader& r, ComparePolicy* c) {
+    if (!r.Has(key)) return;
+    const toml::node* node = r.Node(key);
+    const toml::array* entries = node ? node->as_array() : nullptr;
+    const std::string table = "[[compare." + key + "]]";
+    if (!entries) {
+      r.Error(key, "must be an array of tables (" + table + ")");
+      return;
+    }
+    for (size_t i = 0; i < entries->size(); ++i) {
+      const toml::table* entry = (*entries)[i].as_table();
+      const std::string where = table + " #" + std::to_string(i + 1);
+      if (!entry) {
+        r.diagnostics()->Add(where, "must be a table");
+        continue;
+      }
+      TableReader reader(entry, where, r.diagnostics());
+      Entry value;
+      entry_keys.ReadAll(reader, &value);
+      (c->*member).push_back(value);
+    }
+  };
+}
+
 const KeyTable<ComparePolicy>& CompareKeys() {
   using C = ComparePolicy;
   static const KeyTable<C> keys =
@@ -312,51 +342,11 @@ const KeyTable<ComparePolicy>& CompareKeys() {
                  "> 0: every arm's peak within this relative error of the memory model")
           .Custom("memory", "array of tables", "[]",
                   "[[compare.memory]]: bounds on peak memory, keys below",
-                  [](TableReader& r, C* c) {
-                    if (!r.Has("memory")) return;
-                    const toml::node* node = r.Node("memory");
-                    const toml::array* bounds = node ? node->as_array() : nullptr;
-                    if (!bounds) {
-                      r.Error("memory", "must be an array of tables ([[compare.memory]])");
-                      return;
-                    }
-                    for (size_t i = 0; i < bounds->size(); ++i) {
-                      const toml::table* table = (*bounds)[i].as_table();
-                      const std::string where = "[[compare.memory]] #" + std::to_string(i + 1);
-                      if (!table) {
-                        r.diagnostics()->Add(where, "must be a table");
-                        continue;
-                      }
-                      TableReader b(table, where, r.diagnostics());
-                      MemoryBound bound;
-                      MemoryBoundKeys().ReadAll(b, &bound);
-                      c->memory.push_back(bound);
-                    }
-                  })
+                  ArrayOfTablesKey("memory", MemoryBoundKeys(), &C::memory))
           .Custom("overlap", "array of tables", "[]",
                   "[[compare.overlap]]: bounds on the share of all-to-all time hidden under "
                   "compute, keys below",
-                  [](TableReader& r, C* c) {
-                    if (!r.Has("overlap")) return;
-                    const toml::node* node = r.Node("overlap");
-                    const toml::array* bounds = node ? node->as_array() : nullptr;
-                    if (!bounds) {
-                      r.Error("overlap", "must be an array of tables ([[compare.overlap]])");
-                      return;
-                    }
-                    for (size_t i = 0; i < bounds->size(); ++i) {
-                      const toml::table* table = (*bounds)[i].as_table();
-                      const std::string where = "[[compare.overlap]] #" + std::to_string(i + 1);
-                      if (!table) {
-                        r.diagnostics()->Add(where, "must be a table");
-                        continue;
-                      }
-                      TableReader b(table, where, r.diagnostics());
-                      OverlapBound bound;
-                      OverlapBoundKeys().ReadAll(b, &bound);
-                      c->overlap.push_back(bound);
-                    }
-                  });
+                  ArrayOfTablesKey("overlap", OverlapBoundKeys(), &C::overlap));
   return keys;
 }
 

@@ -121,13 +121,7 @@ Matrix LoadMatrix(const std::string& path) {
 }
 
 Matrix ParseMatrix(const std::string& text, const std::string& path) {
-  toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    throw InputError(path + ":" + std::to_string(e.source().begin.line) +
-                     ": not valid TOML: " + std::string(e.description()));
-  }
+  toml::table root = ParseTomlText(text, path);
   Diagnostics diag(path);
   for (const auto& [key, node] : root) {
     if (key.str() != "matrix") {

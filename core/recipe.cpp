@@ -301,17 +301,20 @@ ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recip
 
 }  // namespace
 
-Recipe ParseRecipe(const std::string& text, const std::string& path) {
-  Diagnostics diag(path);
-  toml::table root;
+toml::table ParseTomlText(const std::string& text, const std::string& path) {
   try {
-    root = toml::parse(text, path);
+    return toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     std::ostringstream msg;
     msg << path << ":" << e.source().begin.line << ":" << e.source().begin.column
         << ": not valid TOML: " << e.description();
     throw InputError(msg.str());
   }
+}
+
+Recipe ParseRecipe(const std::string& text, const std::string& path) {
+  Diagnostics diag(path);
+  toml::table root = ParseTomlText(text, path);
 
   Recipe recipe;
   recipe.path = path;

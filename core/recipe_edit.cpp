@@ -6,18 +6,13 @@
 #include <sstream>
 
 #include "core/errors.h"
+#include "core/toml_reader.h"
 
 namespace bitparity {
 
 std::string EditRecipe(const std::string& text, const std::vector<RecipeEdit>& edits,
                        const std::string& path) {
-  toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    throw InputError(path + ":" + std::to_string(e.source().begin.line) +
-                     ": not valid TOML: " + std::string(e.description()));
-  }
+  toml::table root = ParseTomlText(text, path);
   for (const RecipeEdit& edit : edits) {
     toml::table* table = &root;
     std::string rest = edit.key;

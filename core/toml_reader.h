@@ -31,6 +31,10 @@ inline constexpr size_t kMaxTomlFileBytes = size_t{1} << 20;
 // larger than kMaxTomlFileBytes. Defined in core/recipe.cpp.
 std::string ReadTomlFile(const std::string& path, const std::string& kind);
 
+// `text` parsed as TOML; InputError "<path>:<line>:<column>: not valid TOML: ..." otherwise.
+// Defined in core/recipe.cpp (recipes, matrices and recipe edits read TOML through it).
+toml::table ParseTomlText(const std::string& text, const std::string& path);
+
 // Collects every problem found in one file so that the user sees them all at once.
 class Diagnostics {
  public:

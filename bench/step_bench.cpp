@@ -21,6 +21,7 @@
 #include "core/recipe.h"
 #include "core/recipe_edit.h"
 #include "core/trace.h"
+#include "harness/checks.h"
 #include "harness/launcher.h"
 
 namespace bitparity {
@@ -81,7 +82,6 @@ StepFigures RunArm(const std::string& source_recipe, const std::string& arm, boo
   fs::remove_all(dir);
   StepFigures f;
   std::vector<double> steps, record;
-  double in_flight = 0, exposed = 0;
   int64_t peak = 0;
   for (const RankTrace& rank : trace.ranks) {
     for (const IterationRecord& it : rank.iterations) {
@@ -91,13 +91,11 @@ StepFigures RunArm(const std::string& source_recipe, const std::string& arm, boo
         steps.push_back(it.step_seconds);
         record.push_back(it.record_seconds / it.step_seconds);
       }
-      in_flight += it.comm_seconds;
-      exposed += it.comm_exposed_seconds;
     }
   }
   f.step_seconds = Median(steps);
   f.record_fraction = Median(record);
-  f.hidden_fraction = in_flight > 0 ? 1.0 - exposed / in_flight : 0.0;
+  f.hidden_fraction = AllToAllTimeOf(trace).hidden_fraction();
   f.peak_mib = peak / 1048576.0;
   return f;
 }

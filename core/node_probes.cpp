@@ -44,6 +44,16 @@ std::string ProbeLayerName(int64_t model_layer, int64_t decoder_layers) {
                                       : "mtp " + std::to_string(model_layer - decoder_layers);
 }
 
+ProbeSite ReferenceProbeSite(int64_t microbatch, int64_t model_layer, int64_t decoder_layers,
+                             const std::string& node) {
+  ProbeSite site;
+  site.microbatch = microbatch;
+  site.chunk = probe_state.chunk;
+  site.layer = ProbeLayerName(model_layer, decoder_layers);
+  site.node = node;
+  return site;
+}
+
 void NodeProbes::Enable(bool on) {
   probe_state.on = on;
   probe_state.replaying = false;
@@ -73,8 +83,6 @@ std::vector<ProbeRecord> NodeProbes::Take() {
 void NodeProbes::SetReplaying(bool replaying) { probe_state.replaying = replaying; }
 
 void NodeProbes::SetChunk(int64_t chunk) { probe_state.chunk = chunk; }
-
-int64_t NodeProbes::chunk() { return probe_state.chunk; }
 
 bool NodeProbes::replaying() { return probe_state.replaying; }
 

@@ -53,9 +53,9 @@ class NodeProbes {
   // else "forward" ones; `site.phase` is ignored.
   static void SetReplaying(bool replaying);
   static bool replaying();
-  // The model chunk the reference engine is running (its pipeline schedule sets it; 0 without).
+  // The model chunk the reference engine is running (its pipeline schedule sets it; 0 without),
+  // for ReferenceProbeSite.
   static void SetChunk(int64_t chunk);
-  static int64_t chunk();
   static void RecordOutputs(const ProbeSite& site, const std::vector<at::Tensor>& tensors);
   // Records, when the backward pass reaches them, the gradients of `tensors` as `site.node`'s
   // input gradients (slot k for tensors[k]) under phase backward; a tensor that requires no
@@ -65,6 +65,11 @@ class NodeProbes {
 
 // The probe name of a model layer: "decoder K" for K < decoder_layers, else "mtp D".
 std::string ProbeLayerName(int64_t model_layer, int64_t decoder_layers);
+
+// The site of `node` of model layer `model_layer` for `microbatch` in the chunk the reference
+// engine is running (NodeProbes::chunk()); its phase is set by the recording call.
+ProbeSite ReferenceProbeSite(int64_t microbatch, int64_t model_layer, int64_t decoder_layers,
+                             const std::string& node);
 
 // While alive, the thread's RecordOutputs are "replay" records (a checkpoint's replay).
 class ProbeReplayScope {

@@ -158,11 +158,7 @@ at::Tensor GptModel::DecoderLayer(const LayerWeights& layer, const at::Tensor& x
   // probed by the engine, after the final norm that the overlap's last node includes.
   const bool probes = NodeProbes::enabled();
   ProbeSite site;
-  if (probes) {
-    site.microbatch = state.microbatch;
-    site.chunk = NodeProbes::chunk();
-    site.layer = ProbeLayerName(layer.index, config_.layers);
-  }
+  if (probes) site = ReferenceProbeSite(state.microbatch, layer.index, config_.layers, "");
   auto outputs = [&](const char* node, const std::vector<at::Tensor>& tensors) {
     if (!probes) return;
     site.node = node;
@@ -220,34 +216,26 @@ at::Tensor GptModel::DecoderLayer(const LayerWeights& layer, const at::Tensor& x
 
 void GptModel::ProbeDecoderOutput(const at::Tensor& main, const ChunkState& state) const {
   if (!NodeProbes::enabled()) return;
-  ProbeSite site;
-  site.microbatch = state.microbatch;
-  site.chunk = NodeProbes::chunk();
-  site.layer = ProbeLayerName(config_.layers - 1, config_.layers);
-  site.node = config_.mhc() ? "mhc_post" : "moe_combine";
-  NodeProbes::RecordOutputs(site, {main});
+  NodeProbes::RecordOutputs(ReferenceProbeSite(state.microbatch, config_.layers - 1, config_.layers,
+                                               config_.mhc() ? "mhc_post" : "moe_combine"),
+                            {main});
 }
 
 at::Tensor GptModel::ProbedMtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x,
                                         const ChunkState& state) const {
   if (!NodeProbes::enabled()) return MtpFinalNorm(mtp, x);
-  ProbeSite site;
-  site.microbatch = state.microbatch;
-  site.chunk = NodeProbes::chunk();
-  site.layer = ProbeLayerName(mtp.layer.index, config_.layers);
-  site.node = "mtp_post_process";
-  NodeProbes::RecordInputGradients(site, {x});
+  NodeProbes::RecordInputGradients(
+      ReferenceProbeSite(state.microbatch, mtp.layer.index, config_.layers, "mtp_post_process"),
+      {x});
   return MtpFinalNorm(mtp, x);
 }
 
 void GptModel::ProbeMtpOutput(const at::Tensor& main, const std::vector<at::Tensor>& mtp_hidden,
                               const ChunkState& state) const {
   if (!NodeProbes::enabled() || mtp_hidden.empty()) return;
-  ProbeSite site;
-  site.microbatch = state.microbatch;
-  site.chunk = NodeProbes::chunk();
-  site.layer = ProbeLayerName(config_.layers + config_.mtp_layers - 1, config_.layers);
-  site.node = "mtp_post_process";
+  const ProbeSite site =
+      ReferenceProbeSite(state.microbatch, config_.layers + config_.mtp_layers - 1, config_.layers,
+                         "mtp_post_process");
   std::vector<at::Tensor> stacked{main};
   stacked.insert(stacked.end(), mtp_hidden.begin(), mtp_hidden.end());
   NodeProbes::RecordOutputs(site, {at::cat(stacked, 0)});

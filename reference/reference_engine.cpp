@@ -31,12 +31,8 @@ void ReferenceEngine::ProbeMtpInput(const at::Tensor& decoder_output, const Chun
   // reads the streams' bridge instead, which has no counterpart here.
   const ModelConfig& config = model_->config();
   if (!NodeProbes::enabled() || config.mtp_layers == 0 || config.mhc()) return;
-  ProbeSite site;
-  site.microbatch = state.microbatch;
-  site.chunk = NodeProbes::chunk();
-  site.layer = ProbeLayerName(config.layers, config.layers);
-  site.node = "attn";
-  NodeProbes::RecordInputGradients(site, {decoder_output});
+  NodeProbes::RecordInputGradients(
+      ReferenceProbeSite(state.microbatch, config.layers, config.layers, "attn"), {decoder_output});
 }
 
 void ReferenceEngine::WholeChunkForward(ChunkState* state, MicrobatchLosses* losses) {

@@ -139,6 +139,22 @@ constexpr IterationColumn kIterationColumns[] = {
     {"p2p_exposed_seconds", &IterationRecord::p2p_exposed_seconds, true},
 };
 
+// The replay census's datasets under rank_<r>/replay_census/, one per ReplayCensusSample member.
+struct CensusColumn {
+  const char* name;
+  int64_t ReplayCensusSample::*member;
+};
+
+constexpr CensusColumn kCensusColumns[] = {
+    {"iteration", &ReplayCensusSample::iteration},
+    {"chunk", &ReplayCensusSample::chunk},
+    {"microbatch", &ReplayCensusSample::microbatch},
+    {"segment", &ReplayCensusSample::segment},
+    {"live_bytes", &ReplayCensusSample::live_bytes},
+    {"model_bytes", &ReplayCensusSample::model_bytes},
+    {"segment_bytes", &ReplayCensusSample::segment_bytes},
+};
+
 // ---------------------------------------------------------------------------------------------
 // Writing
 
@@ -282,6 +298,16 @@ class Writer {
       Dataset(tg, "current_bytes", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, current.data());
       Dataset(tg, "peak_bytes", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, peak_bytes.data());
       StringDataset(tg, "label", labels);
+    }
+
+    if (!rank.replay_census.empty()) {
+      Hid census = Group(g, "replay_census");
+      const size_t m = rank.replay_census.size();
+      for (const auto& [name, member] : kCensusColumns) {
+        std::vector<int64_t> values(m);
+        for (size_t i = 0; i < m; ++i) values[i] = rank.replay_census[i].*member;
+        Dataset(census.get(), name, {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, values.data());
+      }
     }
 
     if (!rank.probes.empty()) {
@@ -616,6 +642,20 @@ class Reader {
       if (labels.size() != it.size()) Fail("memory_timeline/label has the wrong length");
       for (size_t i = 0; i < it.size(); ++i) {
         rank.memory_timeline.push_back({it[i], t[i], current[i], peak_bytes[i], labels[i]});
+      }
+    }
+
+    if (H5Lexists(g, "replay_census", H5P_DEFAULT) > 0) {
+      Hid census = OpenGroup(g, "replay_census");
+      const hid_t cg = census.get();
+      Hid set = OpenDataset(cg, "iteration");
+      std::vector<hsize_t> cdims = Dims(set.get(), "replay_census/iteration");
+      set.Reset();
+      if (cdims.size() != 1) Fail("replay_census/iteration must be one-dimensional");
+      rank.replay_census.resize(cdims[0]);
+      for (const auto& [name, member] : kCensusColumns) {
+        auto values = Read<int64_t>(cg, name, H5T_NATIVE_INT64, H5T_INTEGER, cdims);
+        for (size_t i = 0; i < values.size(); ++i) rank.replay_census[i].*member = values[i];
       }
     }
 

@@ -65,6 +65,19 @@ struct ProbeRecord {
   std::vector<int64_t> shape;
 };
 
+// The recompute census at one segment replay of the overlap arm (its `replay_done` marker): the
+// live tensor bytes above the iteration's start, measured, next to the memory model's level
+// there and the activation bytes one segment's replayed layers hold (runtime/memory_model.h).
+struct ReplayCensusSample {
+  int64_t iteration = 0;
+  int64_t chunk = 0;
+  int64_t microbatch = 0;
+  int64_t segment = 0;
+  int64_t live_bytes = 0;
+  int64_t model_bytes = 0;
+  int64_t segment_bytes = 0;
+};
+
 // Everything one rank recorded. Parameters are in the rank's own order; expert parameters
 // differ between ranks, so names are per rank.
 struct RankTrace {
@@ -76,6 +89,7 @@ struct RankTrace {
   std::map<std::string, std::string> attributes;          // per-rank provenance
   std::vector<MemorySample> memory_timeline;              // only with --memory-timeline
   std::vector<ProbeRecord> probes;  // in the order the rank ran them; only with probes on
+  std::vector<ReplayCensusSample> replay_census;  // overlap arms with recompute segments
 };
 
 struct Trace {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "core/digest.h"
@@ -29,6 +31,7 @@ constexpr EnumName<CheckKind> kCheckKindNames[] = {{CheckKind::kReproduces, "rep
                                                    {CheckKind::kMemory, "memory"},
                                                    {CheckKind::kOverlap, "overlap"},
                                                    {CheckKind::kReplay, "replay"},
+                                                   {CheckKind::kCensus, "census"},
                                                    {CheckKind::kGolden, "golden"},
                                                    {CheckKind::kRun, "run"},
                                                    {CheckKind::kCell, "cell"}};
@@ -406,6 +409,73 @@ CheckResult CheckReplays(const std::string& arm, const std::vector<const Trace*>
   }
   result.summary = "bit-identical: " + std::to_string(compared) + " replay outputs in " +
                    std::to_string(runs.size()) + " run(s) equal their first pass";
+  return result;
+}
+
+CheckResult CheckRecomputeCensus(const std::string& arm, const std::vector<const Trace*>& runs) {
+  CheckResult result = NewCheck(CheckKind::kCensus, arm, arm + ": recompute census");
+  result.figures["segment_slack"] = kCensusSegmentSlack;
+  int64_t pairs = 0;
+  // The worst pair of consecutive replays of one pass: the largest growth beyond the model's, in
+  // segments of the earlier replay.
+  double worst = -1e300;
+  std::string worst_where;
+  const ReplayCensusSample* worst_earlier = nullptr;
+  const ReplayCensusSample* worst_later = nullptr;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    for (const RankTrace& rank : runs[k]->ranks) {
+      std::map<std::tuple<int64_t, int64_t, int64_t>, const ReplayCensusSample*> previous;
+      for (const ReplayCensusSample& s : rank.replay_census) {
+        const ReplayCensusSample*& earlier = previous[{s.iteration, s.chunk, s.microbatch}];
+        const ReplayCensusSample* before = earlier;
+        earlier = &s;
+        if (before == nullptr || before->segment_bytes <= 0) continue;
+        ++pairs;
+        const double growth = static_cast<double>((s.live_bytes - before->live_bytes) -
+                                                  (s.model_bytes - before->model_bytes)) /
+                              before->segment_bytes;
+        if (growth <= worst) continue;
+        worst = growth;
+        worst_earlier = before;
+        worst_later = &s;
+        worst_where = "run " + std::to_string(k + 1) + ", iteration " +
+                      std::to_string(s.iteration) + ", rank " + std::to_string(rank.rank) +
+                      ", microbatch " + std::to_string(s.microbatch) +
+                      (s.chunk > 0 ? ", chunk " + std::to_string(s.chunk) : "");
+      }
+    }
+  }
+  result.figures["replay_pairs"] = pairs;
+  if (worst_later == nullptr) {
+    result.verdict = Verdict::kSkipped;
+    result.summary = "no pass replayed two segments (one segment per pass, or none)";
+    return result;
+  }
+  const ReplayCensusSample& a = *worst_earlier;
+  const ReplayCensusSample& b = *worst_later;
+  result.figures["worst"] = {{"where", worst_where},
+                             {"earlier_segment", a.segment},
+                             {"later_segment", b.segment},
+                             {"live_growth_bytes", b.live_bytes - a.live_bytes},
+                             {"model_growth_bytes", b.model_bytes - a.model_bytes},
+                             {"segment_bytes", a.segment_bytes},
+                             {"excess_segments", worst}};
+  char line[400];
+  std::snprintf(line, sizeof(line),
+                "%s: from segment %lld's replay to segment %lld's, live bytes grew %+.3f MiB, "
+                "the model %+.3f MiB: %+.2f of segment %lld's %.3f MiB",
+                worst_where.c_str(), static_cast<long long>(a.segment),
+                static_cast<long long>(b.segment), (b.live_bytes - a.live_bytes) / 1048576.0,
+                (b.model_bytes - a.model_bytes) / 1048576.0, worst,
+                static_cast<long long>(a.segment), a.segment_bytes / 1048576.0);
+  if (worst > kCensusSegmentSlack) {
+    result.verdict = Verdict::kFail;
+    result.summary = std::string(line) + " (segment " + std::to_string(a.segment) +
+                     " not released before the next replay; the census allows +0.50)";
+    return result;
+  }
+  result.summary =
+      std::to_string(pairs) + " replays after another each hold one segment; worst: " + line;
   return result;
 }
 

@@ -30,6 +30,7 @@ enum class CheckKind {
   kMemory,       // an arm's peak vs another arm's, under a bound
   kOverlap,      // the share of an arm's all-to-all time hidden under compute, under a bound
   kReplay,       // an arm's recompute replays against their first pass (node probes)
+  kCensus,       // the activations live at each segment replay against the memory model
   kGolden,       // the baseline vs its golden
   kRun,          // one run of an arm could not finish (an infrastructure fault)
   kCell,         // a matrix cell that could not run
@@ -104,6 +105,16 @@ std::string RecordsDigest(const Trace& trace);
 // replay in every run equals its first pass bit for bit; the first mismatch of each rank is
 // named. Skipped when the runs recorded no replay.
 CheckResult CheckReplays(const std::string& arm, const std::vector<const Trace*>& runs);
+
+// "<arm>: recompute census": a segment's replayed activations are gone before the next replay
+// of its pass. For every two consecutive segment replays of one pass (iteration, chunk,
+// microbatch) in every run and rank, the live bytes grow from the earlier replay to the later by
+// less than the memory model's growth plus half of the earlier segment's activation bytes; so
+// each replay holds one segment's activations, as the model says, not two. (Compared as growth,
+// the model's constant offsets cancel.) A segment that outlives its backward adds a whole
+// segment. Skipped when no pass replayed two segments.
+inline constexpr double kCensusSegmentSlack = 0.5;
+CheckResult CheckRecomputeCensus(const std::string& arm, const std::vector<const Trace*>& runs);
 
 // "<arm>: all-to-all hidden", the name of an overlap bound's check.
 std::string OverlapCheckName(const OverlapBound& bound);

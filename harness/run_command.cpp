@@ -389,9 +389,19 @@ class RecipeRun {
         not_run(CheckKind::kReplay, arm, arm + ": replays equal first pass");
       }
     }
+    for (const std::string& arm : arms_) {
+      if (TakesCensus(arm)) not_run(CheckKind::kCensus, arm, arm + ": recompute census");
+    }
     if (std::find(arms_.begin(), arms_.end(), baseline_) != arms_.end()) {
       not_run(CheckKind::kGolden, baseline_, "golden: " + baseline_);
     }
+  }
+
+  // Whether an arm replays recompute segments (the overlap arm under full recompute): its ranks
+  // record the recompute census.
+  bool TakesCensus(const std::string& arm) const {
+    const ArmConfig& config = recipe_.arm(arm);
+    return config.engine == EngineKind::kOverlap && config.recompute.full();
   }
 
   // Whether the ranks record node probes (--probes or [trace] probes = "nodes").
@@ -427,6 +437,12 @@ class RecipeRun {
         for (const ArmRun& r : runs_.at(arm)) traces.push_back(&*r.trace);
         Record(CheckReplays(arm, traces), {});
       }
+    }
+    for (const std::string& arm : arms_) {
+      if (!TakesCensus(arm)) continue;
+      std::vector<const Trace*> traces;
+      for (const ArmRun& r : runs_.at(arm)) traces.push_back(&*r.trace);
+      Record(CheckRecomputeCensus(arm, traces), {});
     }
     const bool have_baseline = runs_.count(baseline_) > 0;
     const ComparePolicy& policy = recipe_.compare;

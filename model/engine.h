@@ -4,12 +4,21 @@
 // The contract between the training loop and an arm: run one iteration's forward and backward
 // over this rank's microbatches.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "model/gpt.h"
 
 namespace bitparity {
+
+// The live tensor bytes (MemoryTracker) when one recompute segment's replay was done.
+struct SegmentReplayMark {
+  int64_t chunk = 0;
+  int64_t microbatch = 0;
+  int64_t segment = 0;
+  int64_t live_bytes = 0;
+};
 
 class Engine {
  public:
@@ -22,6 +31,10 @@ class Engine {
 
   // Notes for the run log, e.g. layers a recompute method leaves eager.
   virtual std::vector<std::string> warnings() const = 0;
+
+  // The last iteration's segment replays, in the order they ran: the overlap arm's (its
+  // segments' replay_done markers); none for an arm that replays no segment.
+  virtual std::vector<SegmentReplayMark> segment_replays() const { return {}; }
 };
 
 }  // namespace bitparity

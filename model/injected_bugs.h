@@ -32,12 +32,15 @@ struct OverlapBugs {
   // The mHC bridge's gradient taken from the cleared chunk-state field, not the parked carrier.
   bool mhc_bridge_from_chunk_state = false;
   bool synchronous_all_to_all = false;  // every all-to-all waited for as soon as it starts
+  // A replayed segment's graph outlives its backward: kept until the microbatch's flush.
+  bool segment_not_released = false;
 
   bool any() const {
     bool skips = false;
     for (bool skip : snapshot_skips) skips = skips || skip;
     return stale_routing_metadata || skip_snapshot_restore || skips || mtp_post_outside_segment ||
-           flush_per_backward_call || mhc_bridge_from_chunk_state || synchronous_all_to_all;
+           flush_per_backward_call || mhc_bridge_from_chunk_state || synchronous_all_to_all ||
+           segment_not_released;
   }
 };
 

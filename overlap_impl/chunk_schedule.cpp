@@ -164,6 +164,18 @@ void LayerSchedule::SetForwardNoGrad(bool no_grad) {
   mtp_post_.set_forward_no_grad(no_grad && context_->plan->mtp_post_process_in_segment);
 }
 
+void LayerSchedule::KeepGraphsAfterBackward() {
+  for (ComputeNode* node : {&attn_, &mlp_, &combine_, &mhc_post_, &mtp_post_}) {
+    node->KeepGraphAfterBackward();
+  }
+}
+
+void LayerSchedule::DropKeptGraphs() {
+  for (ComputeNode* node : {&attn_, &mlp_, &combine_, &mhc_post_, &mtp_post_}) {
+    node->DropKeptGraph();
+  }
+}
+
 const std::vector<int64_t>& LayerSchedule::SendSplits() const {
   static const std::vector<int64_t> kNone;
   return routing_ ? routing_->send_splits : kNone;  // a dense layer's null nodes need none
@@ -491,6 +503,9 @@ void RecomputeSegment::BeginReplay(ChunkSchedule* chunk, const ChunkStateFieldFl
   if (!input_.requires_grad()) input_.requires_grad_(true);
   for (int64_t l = spec_.first_layer; l <= spec_.last_layer(); ++l) {
     chunk->layer(l).SetForwardNoGrad(false);
+    if (chunk->context()->plan->replayed_graphs_outlive_backward) {
+      chunk->layer(l).KeepGraphsAfterBackward();
+    }
   }
 }
 
@@ -557,6 +572,7 @@ at::Tensor ChunkSchedule::Run(const NodeOp& op, at::Tensor grad) {
       return grad;
     case NodeKind::kChunk:
       if (op.phase == Phase::kFlushGrads) {
+        for (auto& layer : layers_) layer->DropKeptGraphs();
         context_->model->parameters().FlushGradsToMainGrads();
         return grad;
       }

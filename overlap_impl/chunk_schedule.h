@@ -70,6 +70,10 @@ class LayerSchedule {
 
   // Recomputed layers run their initial forward without building graphs.
   void SetForwardNoGrad(bool no_grad);
+  // A faulty plan's (replayed_graphs_outlive_backward): the compute nodes' next backward keeps
+  // its graph until DropKeptGraphs.
+  void KeepGraphsAfterBackward();
+  void DropKeptGraphs();
   void set_segment_tail(bool tail) { segment_tail_ = tail; }
   void Release();
   // Releases the nodes that ran without a graph (they are replayed); called when the layer's

@@ -154,6 +154,10 @@ struct CombinedStepPlan {
   // faulty plan waits for it right after the start instead: the same bits, nothing hidden (what
   // the [[compare.overlap]] gate must catch).
   bool all_to_all_waits_at_start = false;
+  // A replayed segment's activations go with its backward. A faulty plan keeps each replayed
+  // node's graph until the microbatch's gradient flush: the same bits, one more segment of
+  // activations live at every later replay (what the recompute census must catch).
+  bool replayed_graphs_outlive_backward = false;
   // Per chunk-state field (model/chunk_state_field.h): restored by a replay.
   ChunkStateFieldFlags replay_restores = {true, true, true, true, true};
 

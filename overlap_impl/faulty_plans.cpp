@@ -14,6 +14,7 @@ CombinedStepPlan WithScheduleBugs(CombinedStepPlan plan, const OverlapBugs& bugs
   if (bugs.mtp_post_outside_segment) plan.mtp_post_process_in_segment = false;
   if (bugs.mhc_bridge_from_chunk_state) plan.mhc_bridge_parks_gradient = false;
   if (bugs.synchronous_all_to_all) plan.all_to_all_waits_at_start = true;
+  if (bugs.segment_not_released) plan.replayed_graphs_outlive_backward = true;
   if (!bugs.mtp_post_outside_segment && !bugs.flush_per_backward_call) return plan;
   std::vector<NodeOp> ops;
   for (const NodeOp& op : plan.ops) {

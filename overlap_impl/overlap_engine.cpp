@@ -65,6 +65,7 @@ std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState
                            " microbatches, got " + std::to_string(microbatches.size()));
   }
   timeline_.clear();
+  segment_replays_.clear();
   context_.timeline = record_timeline_ ? &timeline_ : nullptr;
   sends_.clear();
   // Every chunk of a microbatch adds its layers' aux losses (and the loss stage its losses) to
@@ -88,6 +89,10 @@ std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState
     // sends whose bytes are through let go of their tensors.
     if (op.node == NodeKind::kP2pRecv || op.node == NodeKind::kP2pSend) {
       ReleaseCompletedSends(&sends_);
+    }
+    if (op.node == NodeKind::kSegment && op.phase == Phase::kReplayDone) {
+      segment_replays_.push_back(
+          {op.chunk, op.microbatch, op.segment, MemoryTracker::current_bytes()});
     }
     if (MemoryTimeline::enabled()) {
       std::string label = std::string(ToString(op.node)) + " " + ToString(op.phase) + " mb" +

@@ -33,6 +33,7 @@ class OverlapEngine : public Engine {
 
   std::vector<MicrobatchLosses> RunIteration(std::vector<ChunkState>& microbatches) override;
   std::vector<std::string> warnings() const override;
+  std::vector<SegmentReplayMark> segment_replays() const override { return segment_replays_; }
 
   const CombinedStepPlan& plan() const { return plan_; }
 
@@ -54,6 +55,7 @@ class OverlapEngine : public Engine {
   std::vector<PendingTransfer> sends_;  // started this iteration, not yet through
   bool record_timeline_ = false;
   std::vector<TimelineEvent> timeline_;
+  std::vector<SegmentReplayMark> segment_replays_;
 };
 
 }  // namespace bitparity

@@ -57,7 +57,8 @@ std::vector<at::Tensor> ComputeNode::Backward(const std::vector<at::Tensor>& out
       grads.push_back(side_grad);
     }
   }
-  if (!roots.empty()) torch::autograd::backward(roots, grads);
+  if (!roots.empty()) torch::autograd::backward(roots, grads, /*retain_graph=*/keep_graph_);
+  if (keep_graph_) kept_outputs_.insert(kept_outputs_.end(), outputs_.begin(), outputs_.end());
   std::vector<at::Tensor> input_grads;
   for (const at::Tensor& input : inputs_) {
     input_grads.push_back(input.defined() ? input.grad() : at::Tensor());
@@ -75,7 +76,7 @@ void ComputeNode::Release() {
 
 bool ComputeNode::holds_tensors() const {
   return !inputs_.empty() || !outputs_.empty() || !side_originals_.empty() ||
-         !side_detached_.empty();
+         !side_detached_.empty() || !kept_outputs_.empty();
 }
 
 void AllToAllNode::Start(const std::vector<at::Tensor>& tensors, const std::vector<int64_t>& send,

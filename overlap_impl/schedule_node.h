@@ -48,6 +48,14 @@ class ComputeNode {
   void Release();
   bool holds_tensors() const;
 
+  // Under a faulty plan (replayed_graphs_outlive_backward): the next backward keeps its graph,
+  // and the node its outputs, until DropKeptGraph.
+  void KeepGraphAfterBackward() { keep_graph_ = true; }
+  void DropKeptGraph() {
+    keep_graph_ = false;
+    kept_outputs_.clear();
+  }
+
   const std::string& name() const { return name_; }
   const std::vector<at::Tensor>& inputs() const { return inputs_; }
   const std::vector<at::Tensor>& outputs() const { return outputs_; }
@@ -61,6 +69,8 @@ class ComputeNode {
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> side_originals_;
   std::vector<at::Tensor> side_detached_;
+  bool keep_graph_ = false;
+  std::vector<at::Tensor> kept_outputs_;
 };
 
 class AllToAllNode {

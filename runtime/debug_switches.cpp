@@ -120,6 +120,7 @@ InjectedBugs ParseInjectedBugs(const std::string& text) {
       {"flush_per_backward_call", &bugs.overlap.flush_per_backward_call},
       {"mhc_bridge_from_chunk_state", &bugs.overlap.mhc_bridge_from_chunk_state},
       {"synchronous_all_to_all", &bugs.overlap.synchronous_all_to_all},
+      {"segment_not_released", &bugs.overlap.segment_not_released},
       {"composite_rms_norm", &bugs.model.composite_rms_norm},
       {"aux_loss_in_objective", &bugs.model.aux_loss_in_objective},
   };

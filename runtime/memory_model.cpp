@@ -251,7 +251,9 @@ void WalkReference(const MemoryProbe& p, const std::vector<ChunkPlan>& chunks,
 }
 
 // The overlap arm: the plan's operations in order, each adding or releasing what its node keeps.
-void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w) {
+// Where a segment's replay is done, the walk's level goes to `levels`.
+void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w,
+                 std::vector<ReplayLevel>* levels) {
   std::vector<ChunkSizes> sizes;
   for (const ChunkPlan& chunk : plan.chunks) sizes.emplace_back(p, chunk, plan.pipelined());
   for (const NodeOp& op : plan.ops) {
@@ -332,6 +334,13 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w) {
       }
       case NodeKind::kSegment: {
         const LayerSegment& s = c.plan().recompute.segments[op.segment];
+        if (op.phase == Phase::kReplayDone) {
+          int64_t segment_bytes = 0;
+          for (int64_t j = s.first_layer; j <= s.last_layer(); ++j) {
+            segment_bytes += c.layer(j).retained + c.layer(j).node_boundary_bytes;
+          }
+          levels->push_back({op.chunk, m, op.segment, w->live(), segment_bytes});
+        }
         if (op.phase == Phase::kRelease && s.first_layer > 0 && c.tail(s.first_layer - 1)) {
           w->Add(-p.input_bytes, c.Where("segment release", m, s.first_layer));
         }
@@ -470,16 +479,16 @@ MemoryPrediction PredictPeak(const MemoryProbe& probe, const ArmConfig& arm,
                              const ModelConfig& model, const PipelineLayout& pipeline,
                              int64_t pp_rank, int64_t microbatches, int64_t static_bytes) {
   Walk w;
+  MemoryPrediction prediction;
   if (arm.engine == EngineKind::kReference) {
     WalkReference(probe, BuildChunkPlans(model, pipeline, pp_rank, arm.recompute),
                   PipelineSchedule(PipelineScheduleConfig::Of(pipeline, microbatches), pp_rank),
                   pipeline.pp > 1, &w);
   } else {
     WalkOverlap(probe, BuildCombinedStepPlan(model, pipeline, pp_rank, microbatches, arm.recompute),
-                &w);
+                &w, &prediction.replay_levels);
   }
   w.Check(probe.reduction_transient, "gradient reduction");
-  MemoryPrediction prediction;
   prediction.static_bytes = static_bytes;
   prediction.peak_bytes = static_bytes + w.peak();
   prediction.peak_phase = w.phase();

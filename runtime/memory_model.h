@@ -55,6 +55,17 @@ struct MemoryProbe {
   int64_t reduction_transient = 0;  // the data-parallel gradient reduction's buffers
 };
 
+// The model's live bytes where one recompute segment's replay is done (the overlap arm's
+// `replay_done` marker), for the recompute census: the bytes above the static ones, and what the
+// segment's replayed layers hold (the activations one segment adds).
+struct ReplayLevel {
+  int64_t chunk = 0;
+  int64_t microbatch = 0;
+  int64_t segment = 0;
+  int64_t live_bytes = 0;
+  int64_t segment_bytes = 0;
+};
+
 struct MemoryPrediction {
   int64_t static_bytes = 0;  // live at iteration start: weights, masters, main grads, Adam
   int64_t peak_bytes = 0;    // predicted peak of an iteration
@@ -62,6 +73,8 @@ struct MemoryPrediction {
   // What the walk still held when the iteration's passes were done: 0, since every pass releases
   // what it added (tests check it).
   int64_t unreleased_bytes = 0;
+  // One entry per segment replay of the iteration, in the plan's order (overlap arms only).
+  std::vector<ReplayLevel> replay_levels;
 };
 
 // Measures the probe on `model` (the layers of its rank) with one microbatch; every rank of the

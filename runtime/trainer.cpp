@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -266,6 +267,21 @@ void Trainer::ApplyPerturbation(int64_t iteration) {
                    " has no parameter named '" + perturbation_.param + "'");
 }
 
+void Trainer::RecordReplayCensus(int64_t iteration, int64_t start_bytes) {
+  if (replay_levels_.empty()) return;
+  for (const SegmentReplayMark& mark : engine_->segment_replays()) {
+    auto level =
+        std::find_if(replay_levels_.begin(), replay_levels_.end(), [&](const ReplayLevel& l) {
+          return l.chunk == mark.chunk && l.microbatch == mark.microbatch &&
+                 l.segment == mark.segment;
+        });
+    if (level == replay_levels_.end()) continue;  // a faulty plan's replay the model lacks
+    replay_census_.push_back({iteration, mark.chunk, mark.microbatch, mark.segment,
+                              mark.live_bytes - start_bytes, level->live_bytes,
+                              level->segment_bytes});
+  }
+}
+
 IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>* dumps) {
   const auto start = std::chrono::steady_clock::now();
   ParameterStore& params = model_->parameters();
@@ -273,6 +289,7 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   MemoryTimeline::SetIteration(iteration);
   NodeProbes::SetIteration(iteration);
   MemoryTimeline::Mark("iteration start");
+  const int64_t start_bytes = MemoryTracker::current_bytes();
   ep_comm_->ResetStats();
   if (pp_comm_) pp_comm_->ResetStats();
   params.ZeroMainGrads();
@@ -281,6 +298,7 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
     std::vector<ChunkState> microbatches = MakeMicrobatches(iteration);
     losses = engine_->RunIteration(microbatches);
   }
+  RecordReplayCensus(iteration, start_bytes);
   ReduceDataParallelGrads();
   SumEmbeddingCopies();
   ApplyPerturbation(iteration);

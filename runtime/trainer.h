@@ -19,6 +19,7 @@
 #include "model/engine.h"
 #include "model/gpt.h"
 #include "overlap_impl/chunk_schedule.h"
+#include "runtime/memory_model.h"
 #include "runtime/optimizer.h"
 
 namespace bitparity {
@@ -47,6 +48,12 @@ class Trainer {
 
   void set_perturbation(const GradPerturbation& p) { perturbation_ = p; }
 
+  // The recompute census: from now on, every segment replay of an iteration is recorded with the
+  // live bytes above the iteration's start next to the memory model's `levels` (its prediction's
+  // replay_levels). TakeReplayCensus returns the samples so far and forgets them.
+  void set_replay_levels(std::vector<ReplayLevel> levels) { replay_levels_ = std::move(levels); }
+  std::vector<ReplayCensusSample> TakeReplayCensus() { return std::move(replay_census_); }
+
   // The static part of this rank's trace: parameter names and shapes.
   RankTrace DescribeRank() const;
 
@@ -66,6 +73,7 @@ class Trainer {
   // values of every stage, in virtual order.
   std::vector<std::vector<double>> GatherOverStages(const std::vector<std::vector<double>>& local);
   void ApplyPerturbation(int64_t iteration);
+  void RecordReplayCensus(int64_t iteration, int64_t start_bytes);
 
   const Recipe& recipe_;
   ArmConfig arm_;
@@ -79,6 +87,8 @@ class Trainer {
   MarkovCorpus corpus_;
   GradPerturbation perturbation_;
   std::vector<std::string> warnings_;
+  std::vector<ReplayLevel> replay_levels_;
+  std::vector<ReplayCensusSample> replay_census_;
 };
 
 }  // namespace bitparity

@@ -104,6 +104,7 @@ int Run(const WorkerRequest& request) {
     int64_t largest = 0;
     for (const LayerMemory& layer : probe.layers) largest = std::max(largest, layer.retained);
     model_attributes[trace_keys::kMemoryModelLayerBytes] = std::to_string(largest);
+    trainer.set_replay_levels(std::move(prediction.replay_levels));
   }
   RankTrace rank = trainer.DescribeRank();
   rank.attributes.insert(model_attributes.begin(), model_attributes.end());
@@ -140,6 +141,7 @@ int Run(const WorkerRequest& request) {
 
   rank.memory_timeline = MemoryTimeline::Take();
   rank.probes = NodeProbes::Take();
+  rank.replay_census = trainer.TakeReplayCensus();
   Trace trace;
   trace.attributes[trace_keys::kRecipe] = recipe.text;
   trace.attributes[trace_keys::kRecipeDigest] = digest;

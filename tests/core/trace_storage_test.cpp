@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/errors.h"
@@ -35,6 +36,7 @@ TEST(TraceStorage, RoundTripsEveryRecordBitForBit) {
   testing::TempDir dir;
   Trace written = testing::MakeTrace(2, 3);
   written.ranks[1].iterations[2].loss = FloatFromBits(0x7fc00001);  // a NaN payload survives too
+  written.ranks[1].replay_census = {{1, 0, 1, 2, 300, 200, 100}, {3, 1, 0, 1, 7, -8, 9}};
   WriteTrace(dir.File("t.h5"), written);
   Trace read = ReadTrace(dir.File("t.h5"));
   EXPECT_EQ(read.attribute("arm"), "reference");
@@ -46,6 +48,15 @@ TEST(TraceStorage, RoundTripsEveryRecordBitForBit) {
     EXPECT_EQ(a.param_names, b.param_names);
     EXPECT_EQ(a.param_shapes, b.param_shapes);
     EXPECT_EQ(b.attributes.at("provenance.host"), "test");
+    ASSERT_EQ(a.replay_census.size(), b.replay_census.size());
+    for (size_t i = 0; i < a.replay_census.size(); ++i) {
+      const ReplayCensusSample& x = a.replay_census[i];
+      const ReplayCensusSample& y = b.replay_census[i];
+      EXPECT_EQ(std::tie(x.iteration, x.chunk, x.microbatch, x.segment, x.live_bytes, x.model_bytes,
+                         x.segment_bytes),
+                std::tie(y.iteration, y.chunk, y.microbatch, y.segment, y.live_bytes, y.model_bytes,
+                         y.segment_bytes));
+    }
     ASSERT_EQ(a.iterations.size(), b.iterations.size());
     for (size_t i = 0; i < a.iterations.size(); ++i) {
       EXPECT_EQ(FloatBits(a.iterations[i].loss), FloatBits(b.iterations[i].loss));

@@ -2,7 +2,9 @@
 // its bits are right. The overlap arm hides its all-to-alls under the other microbatch's compute
 // and passes; the same arm with every all-to-all waited for as soon as it starts (the injected
 // fault synchronous_all_to_all) keeps every bit and fails the gate alone. Every arm's hidden share
-// is reported either way.
+// is reported either way. Likewise the recompute census: the overlap arm's segment replays each
+// hold one segment's activations; with every replayed graph kept until the microbatch's flush
+// (the injected fault segment_not_released) the bits stay and the census alone fails.
 
 #include <gtest/gtest.h>
 
@@ -27,6 +29,10 @@ timeout_s = 120
 micro_batch = 2
 global_batch = 16
 iterations = 4
+[recompute]
+granularity = "full"
+method = "uniform"
+num_layers = 1
 [arms.reference]
 engine = "reference"
 [arms.overlap]
@@ -74,6 +80,13 @@ TEST(OverlapGate, TheOverlapArmHidesItsAllToAllsAndASynchronousOneFails) {
   EXPECT_GE(HiddenFraction(good.report, "overlap"), kBound);
   // Reported for the arm without a gate too: the reference waits for each all-to-all at once.
   EXPECT_GT(good.report["arms"]["reference"]["runs"][0]["all_to_all"]["count"].get<int64_t>(), 0);
+  const nlohmann::json* census = CheckNamed(good.report, "overlap: recompute census");
+  ASSERT_NE(census, nullptr) << good.report.dump(2);
+  EXPECT_EQ((*census)["verdict"], "pass") << (*census)["summary"];
+  EXPECT_GT((*census)["figures"]["replay_pairs"].get<int64_t>(), 0);
+  EXPECT_LE((*census)["figures"]["worst"]["excess_segments"].get<double>(), 0.5);
+  // The reference arm replays whole chunks, not segments: no census.
+  EXPECT_EQ(CheckNamed(good.report, "reference: recompute census"), nullptr);
 
   const GateRun bad =
       RunGate(dir, "synchronous", {{"BITPARITY_INJECT_BUG", "synchronous_all_to_all"}});
@@ -85,6 +98,25 @@ TEST(OverlapGate, TheOverlapArmHidesItsAllToAllsAndASynchronousOneFails) {
   // Nothing else notices: the bits are the same.
   for (const char* name : {"overlap vs reference: loss", "overlap vs reference: gradients",
                            "overlap vs reference: parameters"}) {
+    const nlohmann::json* check = CheckNamed(bad.report, name);
+    ASSERT_NE(check, nullptr) << name;
+    EXPECT_EQ((*check)["verdict"], "pass") << name;
+  }
+}
+
+TEST(OverlapGate, ASegmentNotReleasedBeforeTheNextReplayFailsTheCensusAlone) {
+  testing::TempDir dir;
+  const GateRun bad = RunGate(dir, "kept", {{"BITPARITY_INJECT_BUG", "segment_not_released"}});
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  const nlohmann::json* census = CheckNamed(bad.report, "overlap: recompute census");
+  ASSERT_NE(census, nullptr) << bad.report.dump(2);
+  EXPECT_EQ((*census)["verdict"], "fail") << (*census)["summary"];
+  EXPECT_GT((*census)["figures"]["worst"]["excess_segments"].get<double>(), 0.8);
+  EXPECT_NE((*census)["summary"].get<std::string>().find("not released before the next replay"),
+            std::string::npos)
+      << (*census)["summary"];
+  for (const char* name : {"overlap vs reference: loss", "overlap vs reference: gradients",
+                           "overlap vs reference: parameters", "overlap: all-to-all hidden"}) {
     const nlohmann::json* check = CheckNamed(bad.report, name);
     ASSERT_NE(check, nullptr) << name;
     EXPECT_EQ((*check)["verdict"], "pass") << name;

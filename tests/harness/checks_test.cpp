@@ -191,6 +191,33 @@ TEST(Checks, OverlapBoundGatesTheWorstRunsHiddenShare) {
   EXPECT_NE(nothing.summary.find("ran no all-to-all"), std::string::npos) << nothing.summary;
 }
 
+TEST(Checks, RecomputeCensusGatesTheGrowthBetweenReplaysOfOnePass) {
+  // Two passes of 3 segments; each replay's live bytes follow the model's plus a constant offset
+  // (the model's offsets cancel), then segment 1 of microbatch 1 is kept: the next replay of that
+  // pass holds it on top, 0.6 of a segment beyond the model.
+  auto sample = [](int64_t mb, int64_t segment, int64_t live, int64_t model) {
+    return ReplayCensusSample{1, 0, mb, segment, live, model, 1000};
+  };
+  Trace trace = testing::MakeTrace(1, 1);
+  trace.ranks[0].replay_census = {sample(0, 2, 5300, 5000), sample(1, 2, 7300, 7000),
+                                  sample(0, 1, 5700, 5400), sample(1, 1, 7700, 7400),
+                                  sample(0, 0, 6100, 5800), sample(1, 0, 8100 + 1000, 7800 + 400)};
+  CheckResult kept = CheckRecomputeCensus("overlap", {&trace});
+  EXPECT_EQ(kept.verdict, Verdict::kFail) << kept.summary;
+  EXPECT_DOUBLE_EQ(kept.figures["worst"]["excess_segments"].get<double>(), 0.6);
+  EXPECT_NE(kept.summary.find("microbatch 1: from segment 1's replay to segment 0's"),
+            std::string::npos)
+      << kept.summary;
+  // Within half a segment: passes.
+  trace.ranks[0].replay_census.back().live_bytes = 8100 + 400 + 400;
+  CheckResult within = CheckRecomputeCensus("overlap", {&trace});
+  EXPECT_EQ(within.verdict, Verdict::kPass) << within.summary;
+  EXPECT_EQ(within.figures["replay_pairs"].get<int64_t>(), 4);
+  // No pass replayed two segments: nothing to gate.
+  Trace none = testing::MakeTrace(1, 1);
+  EXPECT_EQ(CheckRecomputeCensus("overlap", {&none}).verdict, Verdict::kSkipped);
+}
+
 TEST(Resources, AModelStateBeyondTheMachinesMemoryIsBadInputWithTheEstimate) {
   Recipe recipe = ParseRecipe(
       testing::SmallModelTable(2, 0) + "[parallel]\nep = 2\n[arms.a]\nengine = \"reference\"\n",

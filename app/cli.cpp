@@ -326,6 +326,11 @@ int RunWorkerCommand(int argc, char** argv) {
                "Record live bytes at every phase mark");
   app.add_flag(kWorkerFlagProbes, request.probes,
                "Record node probes whatever the recipe's [trace] probes says");
+  app.add_option(kWorkerFlagThreads, request.threads,
+                 "Intra-op threads instead of the recipe's [parallel] threads (0: the recipe's)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag(kWorkerFlagDeterministicAlgorithms, request.deterministic_algorithms,
+               "Force deterministic algorithms whatever else turns them off");
   app.add_option(kWorkerFlagRecipeDigest, request.recipe_digest,
                  "Digest of the recipe text the launcher read (the rank refuses another)");
   if (std::optional<int> exit_code = Parse(app, argc, argv)) return *exit_code;
@@ -370,6 +375,11 @@ int RunCli(int argc, char** argv) {
   run->add_option("--localize-runs", run_options.localize_runs,
                   "Most reruns spent on naming the first differing element (default 4)")
       ->check(CLI::Range(0, 100));
+  bool no_attribution = false;
+  run->add_flag("--no-attribution", no_attribution,
+                "When an arm does not reproduce itself, do not rerun its failing window with one "
+                "factor changed at a time (intra-op threads 1, deterministic algorithms forced) "
+                "to say which restores reproducibility");
   run->add_option("--perturb", run_options.perturb,
                   "Developer switch: ARM:RUN:rank=R,iteration=I,param=NAME,element=K[,ulps=N] "
                   "adds N ulp to one main-grad element in run RUN (or 'all') of ARM");
@@ -515,6 +525,7 @@ int RunCli(int argc, char** argv) {
             if (!arm.empty()) run_options.arms.push_back(arm);
           }
           run_options.command_line = JoinArgs(argc, argv);
+          run_options.attribution = !no_attribution;
           const InterruptScope interrupts;
           run_options.terminal = ::isatty(STDOUT_FILENO) == 1;
           return RunRecipe(run_options, std::cout).exit_code;

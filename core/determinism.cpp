@@ -73,4 +73,10 @@ void ConfigureDeterminism(int64_t intra_op_threads) {
   at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
 }
 
+void AllowNondeterministicAlgorithms() {
+  at::globalContext().setDeterministicAlgorithms(false, /*warn_only=*/false);
+}
+
+bool DeterministicAlgorithmsForced() { return at::globalContext().deterministicAlgorithms(); }
+
 }  // namespace bitparity

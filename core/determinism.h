@@ -35,6 +35,12 @@ void PinEnvironment(const std::string& device);
 // Applies PinEnvironment("cpu") first if no PinEnvironment call came before.
 void ConfigureDeterminism(int64_t intra_op_threads);
 
+// Turns deterministic algorithms off again (the injected fault nondeterministic_kernel runs as a
+// rank that never forced them would).
+void AllowNondeterministicAlgorithms();
+// Whether deterministic algorithms are forced in this process.
+bool DeterministicAlgorithmsForced();
+
 }  // namespace bitparity
 
 #endif  // BITPARITY_CORE_DETERMINISM_H_

@@ -62,6 +62,10 @@ std::vector<std::string> WorkerArguments(const WorkerRequest& request) {
   }
   if (request.memory_timeline) args.push_back(kWorkerFlagMemoryTimeline);
   if (request.probes) args.push_back(kWorkerFlagProbes);
+  if (request.threads > 0) {
+    args.insert(args.end(), {kWorkerFlagThreads, std::to_string(request.threads)});
+  }
+  if (request.deterministic_algorithms) args.push_back(kWorkerFlagDeterministicAlgorithms);
   if (!request.recipe_digest.empty()) {
     args.insert(args.end(), {kWorkerFlagRecipeDigest, request.recipe_digest});
   }

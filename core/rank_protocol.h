@@ -26,6 +26,8 @@ inline constexpr char kWorkerFlagStopAfter[] = "--stop-after";
 inline constexpr char kWorkerFlagMemoryTimeline[] = "--memory-timeline";
 inline constexpr char kWorkerFlagProbes[] = "--probes";
 inline constexpr char kWorkerFlagRecipeDigest[] = "--recipe-digest";
+inline constexpr char kWorkerFlagThreads[] = "--threads";
+inline constexpr char kWorkerFlagDeterministicAlgorithms[] = "--deterministic-algorithms";
 
 // Variables the harness sets for a rank (the world's own, RANK, WORLD_SIZE, MASTER_ADDR, ..., are
 // torchrun's and Slurm's; see core/rank_context.h).
@@ -54,6 +56,11 @@ struct WorkerRequest {
   int64_t stop_after = 0;        // stop after this iteration (0: run them all)
   bool memory_timeline = false;  // record live bytes at every phase mark
   bool probes = false;           // node probes, whatever the recipe's [trace] probes says
+  // The factors an attribution rerun changes (harness/attribution.h): intra-op threads instead
+  // of the recipe's [parallel] threads (0: the recipe's), and deterministic algorithms forced
+  // whatever else in the rank turns them off.
+  int64_t threads = 0;
+  bool deterministic_algorithms = false;
 };
 
 // The arguments that start a rank process for `request`, after the executable:

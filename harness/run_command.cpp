@@ -23,6 +23,7 @@
 #include "core/recipe.h"
 #include "core/trace.h"
 #include "core/trace_keys.h"
+#include "harness/attribution.h"
 #include "harness/fingerprint.h"
 #include "harness/golden_store.h"
 #include "harness/launcher.h"
@@ -113,6 +114,7 @@ class RecipeRun {
     if (infrastructure_error_.empty()) {
       RunChecks();
       Localize();
+      Attribute();
       UpdateGolden();
     } else {
       RecordChecksNotRun();
@@ -570,6 +572,89 @@ class RecipeRun {
                      [this](const ComparedRun& run, int64_t iteration, const std::string& label) {
                        return Rerun(run, iteration, label);
                      });
+  }
+
+  // Two reruns of `arm` up to `window` with probes and the factor `request` changes; the
+  // reproducibility check over them, or nullopt when one did not finish.
+  std::optional<CheckResult> RerunPair(const std::string& arm, int64_t window,
+                                       const std::string& label, int64_t threads,
+                                       bool deterministic_algorithms) {
+    std::vector<Trace> traces;
+    for (int64_t k = 1; k <= 2; ++k) {
+      const fs::path dir =
+          fs::path(out_dir_) / "attribute" / arm / label / ("run" + std::to_string(k));
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) return std::nullopt;
+      LaunchOptions launch =
+          Launch(arm, (dir / "trace.h5").string(), runs_.at(arm).front().environment);
+      launch.worker.stop_after = window;
+      launch.worker.probes = true;
+      launch.worker.threads = threads;
+      launch.worker.deterministic_algorithms = deterministic_algorithms;
+      LaunchResult result = LaunchArm(launch);
+      if (result.exit_code != kExitPass) return std::nullopt;
+      traces.push_back(std::move(result.trace));
+    }
+    return CheckReproduces(arm, {&traces[0], &traces[1]});
+  }
+
+  void Attribute() {
+    if (!options_.attribution) return;
+    for (CheckResult& check : checks_) {
+      if (check.kind != CheckKind::kReproduces || check.verdict != Verdict::kFail) continue;
+      Attribution a;
+      a.arm = check.arm;
+      const int64_t first =
+          check.difference && check.difference->iteration > 0 ? check.difference->iteration : 1;
+      a.window = std::min(recipe_.train.iterations, std::max<int64_t>(first, 3));
+      const int64_t threads = recipe_.parallel.threads;
+      a.trials.push_back({AttributionFactor::kThreads,
+                          threads > 1 ? "intra-op threads " + std::to_string(threads) + " -> 1"
+                                      : "intra-op threads already 1 (the recipe's)",
+                          threads > 1});
+      a.trials.push_back(
+          {AttributionFactor::kDeterministicAlgorithms, "deterministic algorithms forced", true});
+      a.trials.push_back({AttributionFactor::kFixedOrderCollectives,
+                          "collectives already add in rank order (bitparity's only path)", false});
+      a.trials.push_back({AttributionFactor::kFreshProcess,
+                          "every run already starts rank processes of its own", false});
+      if (!options_.quiet) {
+        console_ << "  attributing: rerunning " << a.arm << " iterations 1-" << a.window
+                 << " in pairs with node probes: as it ran, then with one factor changed\n";
+      }
+      std::optional<CheckResult> control = RerunPair(a.arm, a.window, "control", 0, false);
+      a.control_ran = control.has_value();
+      a.control_differs = control && control->verdict == Verdict::kFail;
+      if (a.control_differs && control->figures.contains("first_divergent_operations")) {
+        for (const auto& s : control->figures["first_divergent_operations"]) {
+          a.first_divergences.push_back(s.get<std::string>());
+        }
+      }
+      for (FactorTrial& t : a.trials) {
+        if (!t.varied || !a.control_differs) continue;
+        const bool threads_1 = t.factor == AttributionFactor::kThreads;
+        std::optional<CheckResult> pair =
+            RerunPair(a.arm, a.window, ToString(t.factor), threads_1 ? 1 : 0,
+                      t.factor == AttributionFactor::kDeterministicAlgorithms);
+        t.ran = pair.has_value();
+        t.restored = pair && pair->verdict == Verdict::kPass;
+      }
+      check.figures["attribution"] = a.ToJson();
+      check.details += "attribution: " + a.Explain() + "\n";
+      for (const FactorTrial& t : a.trials) {
+        check.details += "  " + t.change + ": " +
+                         (!t.varied            ? std::string("not varied")
+                          : !a.control_differs ? std::string("not tried")
+                          : !t.ran             ? std::string("the reruns did not finish")
+                          : t.restored         ? std::string("reproduces")
+                                               : std::string("still differs")) +
+                         "\n";
+      }
+      for (const std::string& s : a.first_divergences) {
+        check.details += "  control rerun: " + s + "\n";
+      }
+    }
   }
 
   void UpdateGolden() {

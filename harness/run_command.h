@@ -29,6 +29,9 @@ struct RunOptions {
   // "all") of ARM.
   std::vector<std::string> perturb;
   int64_t localize_runs = 4;  // most reruns spent on localizing divergences
+  // An arm that does not reproduce itself: rerun its failing window with one factor changed at a
+  // time and say which restores reproducibility (harness/attribution.h).
+  bool attribution = true;
   bool quiet = false;
   // The console is a terminal: each run's progress is one line rewritten in place (in a pipe or
   // a CI log, one line per iteration).

@@ -21,6 +21,17 @@ struct ModelBugs {
   bool any() const { return composite_rms_norm || aux_loss_in_objective; }
 };
 
+// The training loop's share: nondeterminism of two kinds, for the attribution of a run that does
+// not reproduce itself (harness/attribution.h). Both add the grad norm's squared sums in the
+// order the intra-op threads finish them; the kernel's racy path is taken only while
+// deterministic algorithms are not forced, and under it the rank does not force them.
+struct RuntimeBugs {
+  bool thread_order_reduction = false;   // a reduction whose order depends on the threads
+  bool nondeterministic_kernel = false;  // a kernel with a deterministic alternative not forced
+
+  bool any() const { return thread_order_reduction || nondeterministic_kernel; }
+};
+
 // The overlap arm's share.
 struct OverlapBugs {
   bool stale_routing_metadata = false;  // unpermute backward reads a per-layer shared plan
@@ -47,8 +58,9 @@ struct OverlapBugs {
 struct InjectedBugs {
   ModelBugs model;
   OverlapBugs overlap;
+  RuntimeBugs runtime;
 
-  bool any() const { return model.any() || overlap.any(); }
+  bool any() const { return model.any() || overlap.any() || runtime.any(); }
 };
 
 }  // namespace bitparity

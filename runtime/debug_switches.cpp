@@ -121,6 +121,8 @@ InjectedBugs ParseInjectedBugs(const std::string& text) {
       {"mhc_bridge_from_chunk_state", &bugs.overlap.mhc_bridge_from_chunk_state},
       {"synchronous_all_to_all", &bugs.overlap.synchronous_all_to_all},
       {"segment_not_released", &bugs.overlap.segment_not_released},
+      {"thread_order_reduction", &bugs.runtime.thread_order_reduction},
+      {"nondeterministic_kernel", &bugs.runtime.nondeterministic_kernel},
       {"composite_rms_norm", &bugs.model.composite_rms_norm},
       {"aux_loss_in_objective", &bugs.model.aux_loss_in_objective},
   };

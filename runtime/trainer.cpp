@@ -3,10 +3,15 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <mutex>
+#include <thread>
 
+#include "core/clock.h"
+#include "core/determinism.h"
 #include "core/digest.h"
 #include "core/errors.h"
 #include "core/memory.h"
@@ -55,6 +60,7 @@ Trainer::Trainer(const Recipe& recipe, const ArmConfig& arm, const ParallelLayou
       comm_(std::move(comm)),
       corpus_(recipe.train.seed, recipe.model.vocab, recipe.data.branching) {
   layout_.pipeline = recipe.pipeline();
+  runtime_bugs_ = bugs.runtime;
   ep_comm_ = comm_;
   if (layout_.pp_size > 1) {
     // Every rank joins its stage's EP group, then its pipeline.
@@ -218,6 +224,34 @@ std::vector<std::vector<double>> Trainer::GatherOverStages(
   return all;
 }
 
+namespace {
+
+// The sum of `terms` added in fp32 (as an atomic add on a device would) in the order the intra-op
+// threads take and finish them: one thread adds them in order; several race, and the order (so
+// the rounding) changes from run to run. Only the injected nondeterminism uses it.
+double ThreadOrderSum(const std::vector<double>& terms) {
+  const int threads = std::max(1, at::get_num_threads());
+  std::atomic<size_t> next{0};
+  std::mutex mutex;
+  float sum = 0;
+  auto work = [&] {
+    for (size_t i = next++; i < terms.size(); i = next++) {
+      // Each term costs a few microseconds of varying work, as real work would: the threads'
+      // interleaving changes from one call to the next.
+      std::this_thread::sleep_for(std::chrono::microseconds(SteadyNanoseconds() / 1000 % 16));
+      std::lock_guard<std::mutex> lock(mutex);
+      sum += static_cast<float>(terms[i]);
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t) workers.emplace_back(work);
+  work();
+  for (std::thread& w : workers) w.join();
+  return sum;
+}
+
+}  // namespace
+
 double Trainer::GlobalGradNorm() {
   // Each parameter's squared sum, by stage in registration order (the whole model's order within
   // a stage), then summed stage by stage in virtual order: the same additions in the same order
@@ -235,6 +269,21 @@ double Trainer::GlobalGradNorm() {
   for (size_t s = 0; s < stages; ++s) {
     for (double v : replicated[s]) total += v;
     for (double v : expert[s]) mine += v;
+  }
+  // The injected nondeterminism (model/injected_bugs.h): the same sums in the order threads
+  // finish their terms.
+  const bool racy = runtime_bugs_.thread_order_reduction ||
+                    (runtime_bugs_.nondeterministic_kernel && !DeterministicAlgorithmsForced());
+  if (racy) {
+    std::vector<double> terms;
+    for (size_t s = 0; s < stages; ++s) {
+      terms.insert(terms.end(), replicated[s].begin(), replicated[s].end());
+    }
+    total = ThreadOrderSum(terms);
+    terms.clear();
+    for (size_t s = 0; s < stages; ++s)
+      terms.insert(terms.end(), expert[s].begin(), expert[s].end());
+    mine = ThreadOrderSum(terms);
   }
   for (const at::Tensor& part : ep_comm_->AllGather(at::full({1}, mine, at::kDouble))) {
     total += part.item<double>();

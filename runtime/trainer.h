@@ -87,6 +87,7 @@ class Trainer {
   MarkovCorpus corpus_;
   GradPerturbation perturbation_;
   std::vector<std::string> warnings_;
+  RuntimeBugs runtime_bugs_;
   std::vector<ReplayLevel> replay_levels_;
   std::vector<ReplayCensusSample> replay_census_;
 };

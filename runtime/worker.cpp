@@ -73,7 +73,12 @@ int Run(const WorkerRequest& request) {
   PinEnvironment(ToString(device));
   MemoryTracker::Install();
   MemoryTimeline::Enable(request.memory_timeline);
-  ConfigureDeterminism(recipe.parallel.threads);
+  ConfigureDeterminism(request.threads > 0 ? request.threads : recipe.parallel.threads);
+  // An injected kernel fault runs as a rank that does not force deterministic algorithms would,
+  // unless the request forces them (an attribution rerun).
+  if (switches.bugs.runtime.nondeterministic_kernel && !request.deterministic_algorithms) {
+    AllowNondeterministicAlgorithms();
+  }
   if (device == DeviceKind::kCuda && cuda::Compiled()) cuda::ConfigureDeterminism();
   // Collectives give up a little before the launcher's deadline, so that a rank stuck waiting for
   // a hung peer exits on its own and the launcher can tell the hung rank from its victims.

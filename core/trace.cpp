@@ -300,6 +300,27 @@ class Writer {
       StringDataset(tg, "label", labels);
     }
 
+    if (!rank.schedule_timeline.empty()) {
+      Hid timeline = Group(g, "schedule_timeline");
+      const size_t m = rank.schedule_timeline.size();
+      std::vector<int64_t> microbatch(m), comm(m), begin(m), end(m);
+      std::vector<std::string> node(m);
+      for (size_t i = 0; i < m; ++i) {
+        const ScheduleInterval& e = rank.schedule_timeline[i];
+        node[i] = e.node;
+        microbatch[i] = e.microbatch;
+        comm[i] = e.comm;
+        begin[i] = e.begin_ns;
+        end[i] = e.end_ns;
+      }
+      const hid_t tg = timeline.get();
+      Dataset(tg, "microbatch", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, microbatch.data());
+      Dataset(tg, "comm", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, comm.data());
+      Dataset(tg, "begin_ns", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, begin.data());
+      Dataset(tg, "end_ns", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, end.data());
+      StringDataset(tg, "node", node);
+    }
+
     if (!rank.replay_census.empty()) {
       Hid census = Group(g, "replay_census");
       const size_t m = rank.replay_census.size();
@@ -642,6 +663,24 @@ class Reader {
       if (labels.size() != it.size()) Fail("memory_timeline/label has the wrong length");
       for (size_t i = 0; i < it.size(); ++i) {
         rank.memory_timeline.push_back({it[i], t[i], current[i], peak_bytes[i], labels[i]});
+      }
+    }
+
+    if (H5Lexists(g, "schedule_timeline", H5P_DEFAULT) > 0) {
+      Hid timeline = OpenGroup(g, "schedule_timeline");
+      const hid_t tg = timeline.get();
+      Hid set = OpenDataset(tg, "begin_ns");
+      std::vector<hsize_t> tdims = Dims(set.get(), "schedule_timeline/begin_ns");
+      set.Reset();
+      if (tdims.size() != 1) Fail("schedule_timeline/begin_ns must be one-dimensional");
+      auto microbatch = Read<int64_t>(tg, "microbatch", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
+      auto comm = Read<int64_t>(tg, "comm", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
+      auto begin = Read<int64_t>(tg, "begin_ns", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
+      auto end = Read<int64_t>(tg, "end_ns", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
+      std::vector<std::string> node = ReadStrings(tg, "node");
+      if (node.size() != begin.size()) Fail("schedule_timeline/node has the wrong length");
+      for (size_t i = 0; i < begin.size(); ++i) {
+        rank.schedule_timeline.push_back({node[i], microbatch[i], comm[i], begin[i], end[i]});
       }
     }
 

@@ -78,6 +78,16 @@ struct ReplayCensusSample {
   int64_t segment_bytes = 0;
 };
 
+// One compute or communication interval of the overlap arm's schedule in the last iteration, in
+// nanoseconds from the start of the iteration's first interval (the report's overlap timeline).
+struct ScheduleInterval {
+  std::string node;  // e.g. "attn", "moe_dispatch", "p2p_recv"
+  int64_t microbatch = 0;
+  int64_t comm = 0;      // 1: an all-to-all or transfer, from its start to its completion
+  int64_t begin_ns = 0;  // compute: its start; comm: when it was started
+  int64_t end_ns = 0;    // compute: its end; comm: when the collective library completed it
+};
+
 // Everything one rank recorded. Parameters are in the rank's own order; expert parameters
 // differ between ranks, so names are per rank.
 struct RankTrace {
@@ -89,7 +99,8 @@ struct RankTrace {
   std::map<std::string, std::string> attributes;          // per-rank provenance
   std::vector<MemorySample> memory_timeline;              // only with --memory-timeline
   std::vector<ProbeRecord> probes;  // in the order the rank ran them; only with probes on
-  std::vector<ReplayCensusSample> replay_census;  // overlap arms with recompute segments
+  std::vector<ReplayCensusSample> replay_census;    // overlap arms with recompute segments
+  std::vector<ScheduleInterval> schedule_timeline;  // the overlap arm's, last iteration
 };
 
 struct Trace {

@@ -23,6 +23,7 @@
 #include "core/recipe.h"
 #include "core/recipe_edit.h"
 #include "core/toml_reader.h"
+#include "harness/html_report.h"
 #include "harness/output_lock.h"
 #include "harness/report.h"
 #include "harness/run_command.h"
@@ -187,9 +188,11 @@ int RunMatrix(const MatrixOptions& options, std::ostream& console) {
   report["seconds"] = seconds;
   WriteFileAtomically((fs::path(out_dir) / "junit.xml").string(), JunitReport(cells));
   WriteFileAtomically((fs::path(out_dir) / "report.json").string(), report.dump(2) + "\n");
+  WriteFileAtomically((fs::path(out_dir) / "report.html").string(),
+                      HtmlMatrixReport(matrix.name, cells));
   table << "result: " << ResultWord(worst) << " (exit " << worst << ") in "
         << static_cast<int>(seconds) << " s; reports: " << out_dir << "/junit.xml, " << out_dir
-        << "/report.json\n";
+        << "/report.json, " << out_dir << "/report.html\n";
   console << table.str() << std::flush;
   return worst;
 }

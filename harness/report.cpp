@@ -52,7 +52,54 @@ ArmRunReport SummarizeRun(const Trace& trace, const std::string& trace_path, dou
   }
   run.all_to_all = AllToAllTimeOf(trace);
   run.records_digest = RecordsDigest(trace);
+  for (const IterationRecord& r : iterations) run.grad_norm.push_back(r.grad_norm);
+  const RankTrace& first = trace.ranks.at(0);
+  if (!first.memory_timeline.empty()) {
+    const int64_t last = first.memory_timeline.back().iteration;
+    for (const MemorySample& s : first.memory_timeline) {
+      if (s.iteration == last) run.memory_timeline.push_back(s);
+    }
+  }
+  for (const RankTrace& rank : trace.ranks) {
+    if (!rank.schedule_timeline.empty()) run.schedule_timeline.push_back(rank.schedule_timeline);
+  }
   return run;
+}
+
+DifferenceMap MapDifferences(const std::string& title, const Trace& a, const Trace& b) {
+  DifferenceMap map;
+  map.title = title;
+  const size_t ranks = std::min(a.ranks.size(), b.ranks.size());
+  if (ranks == 0) return map;
+  const size_t iterations = std::min(a.ranks[0].iterations.size(), b.ranks[0].iterations.size());
+  for (size_t i = 0; i < iterations; ++i)
+    map.iterations.push_back(a.ranks[0].iterations[i].iteration);
+  for (size_t r = 0; r < ranks; ++r) {
+    const RankTrace& x = a.ranks[r];
+    const RankTrace& y = b.ranks[r];
+    if (x.param_names != y.param_names) continue;  // another layout: nothing to map per name
+    for (size_t p = 0; p < x.param_names.size(); ++p) {
+      std::vector<uint8_t> row(iterations, 0);
+      bool any = false;
+      for (size_t i = 0; i < iterations && i < x.iterations.size() && i < y.iterations.size();
+           ++i) {
+        const IterationRecord& u = x.iterations[i];
+        const IterationRecord& v = y.iterations[i];
+        const bool differs = (p < u.grad_digests.size() && p < v.grad_digests.size() &&
+                              u.grad_digests[p] != v.grad_digests[p]) ||
+                             (p < u.param_digests.size() && p < v.param_digests.size() &&
+                              u.param_digests[p] != v.param_digests[p]);
+        row[i] = differs ? 1 : 0;
+        any = any || differs;
+      }
+      if (!any) continue;
+      ++map.differing_parameters;
+      if (map.rows.size() >= kDifferenceMapRows) continue;
+      map.rows.push_back("rank " + std::to_string(x.rank) + ": " + x.param_names[p]);
+      map.cells.push_back(std::move(row));
+    }
+  }
+  return map;
 }
 
 namespace {
@@ -173,7 +220,8 @@ std::string ConsoleReport(const RunReport& report) {
     }
   }
   out << "result: " << ResultWord(report.exit_code) << " (exit " << report.exit_code
-      << "); reports: " << report.out_dir << "/junit.xml, " << report.out_dir << "/report.json\n";
+      << "); reports: " << report.out_dir << "/junit.xml, " << report.out_dir << "/report.json, "
+      << report.out_dir << "/report.html\n";
   return out.str();
 }
 

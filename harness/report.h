@@ -37,11 +37,31 @@ struct ArmRunReport {
   std::vector<RankMemoryReport> memory;
   AllToAllTime all_to_all;     // over ranks and iterations but the first
   std::string records_digest;  // RecordsDigest of the run's trace
+  // For report.html (not in report.json): per iteration, rank 0's grad norm; rank 0's memory
+  // timeline of the last iteration (with --memory-timeline); each rank's schedule intervals of
+  // the last iteration (arms with a schedule of nodes).
+  std::vector<double> grad_norm;
+  std::vector<MemorySample> memory_timeline;
+  std::vector<std::vector<ScheduleInterval>> schedule_timeline;
 };
 
 // The report of one run from its trace.
 ArmRunReport SummarizeRun(const Trace& trace, const std::string& trace_path, double seconds,
                           int64_t index);
+
+// Which parameters differ at which iterations between two runs (a grad or parameter digest,
+// per rank), for report.html's heat map; rows hold only parameters that differ somewhere.
+struct DifferenceMap {
+  std::string title;  // e.g. "overlap run 1 vs reference run 1"
+  std::vector<int64_t> iterations;
+  std::vector<std::string> rows;            // "rank 0: layers.1.mlp.w1"
+  std::vector<std::vector<uint8_t>> cells;  // [row][iteration]: 1 differs, 0 equal
+  int64_t differing_parameters = 0;         // rows before any limit
+};
+inline constexpr size_t kDifferenceMapRows = 48;
+
+// The map of `a` against `b`; empty rows when they agree everywhere.
+DifferenceMap MapDifferences(const std::string& title, const Trace& a, const Trace& b);
 
 struct ArmReport {
   std::string name;
@@ -68,6 +88,7 @@ struct RunReport {
   // Developer switches set in the launcher's environment ("NAME=value"), which its ranks
   // inherit; reported when there are any.
   std::vector<std::string> developer_switches;
+  std::vector<DifferenceMap> difference_maps;  // failed comparisons of two runs (report.html)
 };
 
 // The exit code of a list of checks: 3 when one is an error, else 1 when one failed, else 0.

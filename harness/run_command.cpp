@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <ostream>
 #include <sstream>
 
@@ -26,6 +27,7 @@
 #include "harness/attribution.h"
 #include "harness/fingerprint.h"
 #include "harness/golden_store.h"
+#include "harness/html_report.h"
 #include "harness/launcher.h"
 #include "harness/localizer.h"
 #include "harness/output_lock.h"
@@ -713,6 +715,20 @@ class RecipeRun {
       report.arms.push_back(std::move(a));
     }
     report.checks = checks_;
+    std::set<std::string> mapped;
+    for (size_t c = 0; c < checks_.size() && c < pairs_.size(); ++c) {
+      const std::vector<ComparedRun>& sides = pairs_[c];
+      if (checks_[c].verdict != Verdict::kFail || sides.size() != 2 || sides[0].arm.empty() ||
+          sides[1].arm.empty() || !runs_.count(sides[0].arm) || !runs_.count(sides[1].arm)) {
+        continue;
+      }
+      const std::string title = sides[0].arm + " run " + std::to_string(sides[0].run) + " vs " +
+                                sides[1].arm + " run " + std::to_string(sides[1].run);
+      if (!mapped.insert(title).second) continue;
+      DifferenceMap map = MapDifferences(title, TraceOf(sides[0].arm, sides[0].run),
+                                         TraceOf(sides[1].arm, sides[1].run));
+      if (!map.rows.empty()) report.difference_maps.push_back(std::move(map));
+    }
     report.seconds = seconds;
     report.timestamp = started_utc_;
     report.developer_switches = developer_switches_;
@@ -721,6 +737,7 @@ class RecipeRun {
     WriteFileAtomically((fs::path(out_dir_) / "junit.xml").string(), JunitReport({report}));
     WriteFileAtomically((fs::path(out_dir_) / "report.json").string(),
                         JsonReport(report).dump(2) + "\n");
+    WriteFileAtomically((fs::path(out_dir_) / "report.html").string(), HtmlReport(report));
     console_ << ConsoleReport(report) << std::flush;
     return report;
   }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/trace.h"
 #include "model/gpt.h"
 
 namespace bitparity {
@@ -35,6 +36,12 @@ class Engine {
   // The last iteration's segment replays, in the order they ran: the overlap arm's (its
   // segments' replay_done markers); none for an arm that replays no segment.
   virtual std::vector<SegmentReplayMark> segment_replays() const { return {}; }
+
+  // Records the next iterations' compute and all-to-all intervals (an arm with a schedule of
+  // nodes; others record none), and the last iteration's, as (node, microbatch, comm, begin,
+  // end) in steady-clock ns.
+  virtual void RecordScheduleTimeline(bool /*on*/) {}
+  virtual std::vector<ScheduleInterval> ScheduleTimeline() const { return {}; }
 };
 
 }  // namespace bitparity

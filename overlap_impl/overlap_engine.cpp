@@ -109,4 +109,13 @@ std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState
   return losses;
 }
 
+std::vector<ScheduleInterval> OverlapEngine::ScheduleTimeline() const {
+  std::vector<ScheduleInterval> out;
+  for (const TimelineEvent& e : timeline_) {
+    out.push_back({e.node, e.microbatch, e.comm ? 1 : 0, e.begin_ns,
+                   e.comm && e.completed_ns > 0 ? e.completed_ns : e.end_ns});
+  }
+  return out;
+}
+
 }  // namespace bitparity

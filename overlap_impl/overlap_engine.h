@@ -34,6 +34,8 @@ class OverlapEngine : public Engine {
   std::vector<MicrobatchLosses> RunIteration(std::vector<ChunkState>& microbatches) override;
   std::vector<std::string> warnings() const override;
   std::vector<SegmentReplayMark> segment_replays() const override { return segment_replays_; }
+  void RecordScheduleTimeline(bool on) override { set_record_timeline(on); }
+  std::vector<ScheduleInterval> ScheduleTimeline() const override;
 
   const CombinedStepPlan& plan() const { return plan_; }
 

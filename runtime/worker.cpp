@@ -128,6 +128,7 @@ int Run(const WorkerRequest& request) {
     MaybeInjectFault(fault, context.rank, it);
     std::vector<TensorDump> dumps;
     const bool dump = std::find(dump_at.begin(), dump_at.end(), it) != dump_at.end();
+    trainer.engine().RecordScheduleTimeline(it == iterations);  // the report's overlap timeline
     IterationRecord record = trainer.RunIteration(it, dump ? &dumps : nullptr);
     if (dump) rank.grad_dumps[it] = std::move(dumps);
     if (context.rank == 0) {
@@ -147,6 +148,15 @@ int Run(const WorkerRequest& request) {
   rank.memory_timeline = MemoryTimeline::Take();
   rank.probes = NodeProbes::Take();
   rank.replay_census = trainer.TakeReplayCensus();
+  rank.schedule_timeline = trainer.engine().ScheduleTimeline();
+  if (!rank.schedule_timeline.empty()) {
+    int64_t first = rank.schedule_timeline.front().begin_ns;
+    for (const ScheduleInterval& e : rank.schedule_timeline) first = std::min(first, e.begin_ns);
+    for (ScheduleInterval& e : rank.schedule_timeline) {
+      e.begin_ns -= first;
+      e.end_ns -= first;
+    }
+  }
   Trace trace;
   trace.attributes[trace_keys::kRecipe] = recipe.text;
   trace.attributes[trace_keys::kRecipeDigest] = digest;

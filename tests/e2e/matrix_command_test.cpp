@@ -34,6 +34,16 @@ TEST(MatrixCommand, ShippedMatrixCiSubsetPasses) {
   EXPECT_EQ(report["cells"].size(), 6u);
   EXPECT_EQ(report["exit_code"], 0);
   EXPECT_NE(r.output.find("cells x checks"), std::string::npos);
+  // One page over the cells: a row each and every cell's loss curve.
+  const std::string html = testing::ReadFile(dir.File("m/report.html"));
+  EXPECT_NE(html.find("id=\"cell-table\""), std::string::npos);
+  EXPECT_NE(html.find("id=\"matrix-loss-chart\""), std::string::npos);
+  size_t rows = 0;
+  for (size_t at = html.find("<td class=\"verdict\">PASS"); at != std::string::npos;
+       at = html.find("<td class=\"verdict\">PASS", at + 1)) {
+    ++rows;
+  }
+  EXPECT_EQ(rows, 6u);
 }
 
 std::string BaseToml() {

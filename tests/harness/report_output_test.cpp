@@ -171,7 +171,7 @@ overlap vs reference: gradients:
   first difference at iteration 3, rank 1: main grad of w differs (digest 0x6e448086c6e2ecc9 vs 0x6e448086c6e2ecc8); first differing element 5 [1, 1]: 0.0180000011 vs 0.0179999992 (1 ulp); 1 of 12 elements differ, max |diff| 1.86264515e-09, max 1 ulp; ulp histogram: 1:1
   1 of 18 records differ
   localized by rerun: first differing element 5 [1, 1]: 0.0180000011 vs 0.0179999992 (1 ulp); 1 of 12 elements differ, max |diff| 1.86264515e-09, max 1 ulp; ulp histogram: 1:1
-result: FAIL (exit 1); reports: /out/junit.xml, /out/report.json
+result: FAIL (exit 1); reports: /out/junit.xml, /out/report.json, /out/report.html
 )pinned");
 }
 

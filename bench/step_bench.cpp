@@ -1,10 +1,16 @@
-// Step time of every arm of the default and memory recipes, each run as real rank processes
-// (EP 2) through the launcher, on the CPU or (BITPARITY_BENCH_DEVICE=cuda) on GPUs, reported with
-// the ratio to the reference arm of the same recipe in the same run, the fraction of all-to-all
-// time hidden under compute, the peak memory, and the harness's own overhead (digests and dumps for
-// the trace) as a fraction of the step.
+// Step time of every arm of the default, memory and perf recipes, each run as real rank processes
+// (EP 2) through the launcher, on the CPU or (BITPARITY_BENCH_DEVICE=cuda) on GPUs. One
+// benchmark iteration is one run of the arm: several training iterations, the first a warm-up,
+// timed as the median step of the rest. Each BM_Step reports model TFLOP/s per rank and MFU
+// (counted GEMM FLOPs over the step, against the GEMM ceiling each rank measured), the fraction
+// of all-to-all time hidden under compute, the peak memory and the harness's own overhead
+// (digests and dumps for the trace) as a fraction of the step. BM_StepRatio runs an arm and its
+// baseline back to back within each repetition and reports the throughput ratio arm / baseline;
+// with --benchmark_repetitions Google Benchmark adds the median, mean, stddev and cv of every
+// figure over the repetitions.
 //
-//   build/bitparity_bench --benchmark_out=bench.json --benchmark_out_format=json
+//   build/bitparity_bench --benchmark_filter=BM_Step --benchmark_repetitions=5
+//       --benchmark_out=bench.json --benchmark_out_format=json   (one command line)
 
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
@@ -23,6 +29,7 @@
 #include "core/trace.h"
 #include "harness/checks.h"
 #include "harness/launcher.h"
+#include "harness/throughput.h"
 
 namespace bitparity {
 namespace {
@@ -34,6 +41,10 @@ struct StepFigures {
   double hidden_fraction = 0;
   double record_fraction = 0;
   double peak_mib = 0;
+  double tflops_per_rank = 0;           // model GEMM FLOPs per second per rank, over iterations 2..
+  double hardware_tflops_per_rank = 0;  // with recompute replays
+  double mfu = 0;
+  double ceiling_tflops = 0;  // the ranks' measured GEMM ceiling (mean)
 };
 
 double Median(std::vector<double> v) {
@@ -65,7 +76,7 @@ StepFigures RunArm(const std::string& source_recipe, const std::string& arm, boo
   const fs::path dir =
       fs::temp_directory_path() / ("bitparity_bench_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const std::string recipe = WithIterations(source_recipe, 6, dir);
+  const std::string recipe = WithIterations(source_recipe, 4, dir);
   LaunchOptions launch;
   launch.executable = BITPARITY_BINARY;
   launch.worker.recipe_path = recipe;
@@ -97,26 +108,42 @@ StepFigures RunArm(const std::string& source_recipe, const std::string& arm, boo
   f.record_fraction = Median(record);
   f.hidden_fraction = AllToAllTimeOf(trace).hidden_fraction();
   f.peak_mib = peak / 1048576.0;
+  const Throughput throughput = ThroughputOf(trace);
+  f.tflops_per_rank = throughput.model_flops_per_second_per_rank() / 1e12;
+  f.hardware_tflops_per_rank = throughput.hardware_flops_per_second_per_rank() / 1e12;
+  f.mfu = throughput.mfu();
+  for (const RankThroughput& r : throughput.ranks) {
+    f.ceiling_tflops += r.ceiling_flops_per_second / 1e12 / throughput.ranks.size();
+  }
   return f;
 }
 
-std::map<std::string, double>& ReferenceSteps() {
-  static std::map<std::string, double> steps;
-  return steps;
+std::string RecipePath(const std::string& name) {
+  return std::string(BITPARITY_SOURCE_DIR) + "/recipes/" + name + ".toml";
 }
 
+std::string DeviceSuffix() { return BenchDevice() == "cpu" ? "" : "/" + BenchDevice(); }
+
+void SetStepCounters(benchmark::State& state, const StepFigures& f) {
+  state.counters["step_ms"] = f.step_seconds * 1e3;
+  state.counters["tflops_per_rank"] = f.tflops_per_rank;
+  state.counters["hardware_tflops_per_rank"] = f.hardware_tflops_per_rank;
+  state.counters["mfu"] = f.mfu;
+  state.counters["gemm_ceiling_tflops"] = f.ceiling_tflops;
+  state.counters["hidden_a2a_fraction"] = f.hidden_fraction;
+  state.counters["harness_overhead"] = f.record_fraction;
+  state.counters["peak_MiB"] = f.peak_mib;
+}
+
+// BM_Step/<recipe>/<arm> for every arm, and BM_StepRatio/<recipe>/<arm>_vs_<baseline> for every
+// overlap-engine arm.
 void RegisterRecipe(const std::string& name) {
-  const std::string path = std::string(BITPARITY_SOURCE_DIR) + "/recipes/" + name + ".toml";
+  const std::string path = RecipePath(name);
   Recipe recipe = LoadRecipe(path);
-  std::vector<std::string> arms = recipe.arm_names();
-  // The baseline first, so that every other arm of the recipe reports its ratio to it.
-  std::stable_partition(arms.begin(), arms.end(),
-                        [&](const std::string& a) { return a == recipe.compare.baseline; });
-  for (const std::string& arm : arms) {
-    const std::string baseline = recipe.compare.baseline;
-    const std::string device = BenchDevice() == "cpu" ? "" : "/" + BenchDevice();
-    benchmark::RegisterBenchmark(("BM_Step/" + name + "/" + arm + device).c_str(),
-                                 [path, name, arm, baseline](benchmark::State& state) {
+  const std::string baseline = recipe.compare.baseline;
+  for (const std::string& arm : recipe.arm_names()) {
+    benchmark::RegisterBenchmark(("BM_Step/" + name + "/" + arm + DeviceSuffix()).c_str(),
+                                 [path, arm](benchmark::State& state) {
                                    StepFigures f;
                                    for (auto _ : state) {
                                      try {
@@ -127,14 +154,34 @@ void RegisterRecipe(const std::string& name) {
                                      }
                                      state.SetIterationTime(f.step_seconds);
                                    }
-                                   if (arm == baseline) ReferenceSteps()[name] = f.step_seconds;
-                                   const double reference = ReferenceSteps()[name];
-                                   state.counters["ratio_to_reference"] =
-                                       reference > 0 ? f.step_seconds / reference : 0;
-                                   state.counters["hidden_a2a_fraction"] = f.hidden_fraction;
-                                   state.counters["harness_overhead"] = f.record_fraction;
-                                   state.counters["peak_MiB"] = f.peak_mib;
+                                   SetStepCounters(state, f);
                                  })
+        ->Iterations(1)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (const std::string& arm : recipe.arm_names()) {
+    if (arm == baseline || recipe.arm(arm).engine != EngineKind::kOverlap) continue;
+    benchmark::RegisterBenchmark(
+        ("BM_StepRatio/" + name + "/" + arm + "_vs_" + baseline + DeviceSuffix()).c_str(),
+        [path, arm, baseline](benchmark::State& state) {
+          StepFigures base, f;
+          for (auto _ : state) {
+            try {
+              base = RunArm(path, baseline);
+              f = RunArm(path, arm);
+            } catch (const std::exception& e) {
+              state.SkipWithError(e.what());
+              return;
+            }
+            state.SetIterationTime(f.step_seconds);
+          }
+          SetStepCounters(state, f);
+          // Above 1: the arm trains faster than its baseline.
+          state.counters["throughput_ratio"] =
+              f.step_seconds > 0 ? base.step_seconds / f.step_seconds : 0;
+          state.counters["baseline_step_ms"] = base.step_seconds * 1e3;
+        })
         ->Iterations(1)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
@@ -145,7 +192,7 @@ void RegisterRecipe(const std::string& name) {
 // each repetition so that both see the same machine; the step-time ratio on / off is the
 // overhead (reported, not gated).
 void RegisterProbeCost(const std::string& name) {
-  const std::string path = std::string(BITPARITY_SOURCE_DIR) + "/recipes/" + name + ".toml";
+  const std::string path = RecipePath(name);
   benchmark::RegisterBenchmark(("BM_ProbeCost/" + name + "/overlap").c_str(),
                                [path](benchmark::State& state) {
                                  StepFigures off, on;
@@ -171,12 +218,17 @@ void RegisterProbeCost(const std::string& name) {
 }
 
 }  // namespace
+
+void RegisterGemmBenchmarks();  // bench/gemm_bench.cpp
+
 }  // namespace bitparity
 
 int main(int argc, char** argv) {
   bitparity::ConfigureDeterminism(1);
   bitparity::RegisterRecipe("default");
   bitparity::RegisterRecipe("memory");
+  bitparity::RegisterRecipe("perf");
+  bitparity::RegisterGemmBenchmarks();
   bitparity::RegisterProbeCost("default");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

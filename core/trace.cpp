@@ -137,6 +137,14 @@ constexpr IterationColumn kIterationColumns[] = {
     {"p2p_count", &IterationRecord::p2p_count, true},
     {"p2p_bytes", &IterationRecord::p2p_bytes, true},
     {"p2p_exposed_seconds", &IterationRecord::p2p_exposed_seconds, true},
+    {"gemm_flops_forward", &IterationRecord::gemm_flops_forward, true},
+    {"gemm_flops_replay", &IterationRecord::gemm_flops_replay, true},
+    {"gemm_flops_backward", &IterationRecord::gemm_flops_backward, true},
+    {"gemm_flops_attention", &IterationRecord::gemm_flops_attention, true},
+    {"gemm_flops_dense", &IterationRecord::gemm_flops_dense, true},
+    {"gemm_flops_expert", &IterationRecord::gemm_flops_expert, true},
+    {"gemm_flops_head", &IterationRecord::gemm_flops_head, true},
+    {"gemm_flops_other", &IterationRecord::gemm_flops_other, true},
 };
 
 // The replay census's datasets under rank_<r>/replay_census/, one per ReplayCensusSample member.

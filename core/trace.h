@@ -32,12 +32,22 @@ struct IterationRecord {
   int64_t end_bytes = 0;    // live CPU tensor bytes at the end of the iteration
   double step_seconds = 0;  // wall time (reported, not gated)
   double comm_seconds = 0;  // all-to-alls in flight, summed (reported)
-  double comm_exposed_seconds = 0;      // of which the rank posted or waited for them (reported)
-  int64_t comm_count = 0;               // all-to-alls completed (reported)
-  int64_t p2p_count = 0;                // pipeline point-to-point transfers (reported)
-  int64_t p2p_bytes = 0;                // their bytes (reported)
-  double p2p_exposed_seconds = 0;       // time spent waiting for them (reported)
-  double record_seconds = 0;            // spent on digests and dumps for the trace (reported)
+  double comm_exposed_seconds = 0;  // of which the rank posted or waited for them (reported)
+  int64_t comm_count = 0;           // all-to-alls completed (reported)
+  int64_t p2p_count = 0;            // pipeline point-to-point transfers (reported)
+  int64_t p2p_bytes = 0;            // their bytes (reported)
+  double p2p_exposed_seconds = 0;   // time spent waiting for them (reported)
+  double record_seconds = 0;        // spent on digests and dumps for the trace (reported)
+  // Counted GEMM FLOPs of this rank (core/flop_count.h; reported): by pass, and by category over
+  // every pass.
+  int64_t gemm_flops_forward = 0;
+  int64_t gemm_flops_replay = 0;
+  int64_t gemm_flops_backward = 0;
+  int64_t gemm_flops_attention = 0;
+  int64_t gemm_flops_dense = 0;
+  int64_t gemm_flops_expert = 0;
+  int64_t gemm_flops_head = 0;
+  int64_t gemm_flops_other = 0;
   std::vector<uint64_t> grad_digests;   // XXH3-64 of each parameter's fp32 main grad
   std::vector<uint64_t> param_digests;  // XXH3-64 of each fp32 master parameter after the step
 };

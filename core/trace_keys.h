@@ -44,6 +44,10 @@ inline constexpr char kMemoryModelStaticBytes[] = "memory_model.static_bytes";
 inline constexpr char kMemoryModelPeakPhase[] = "memory_model.peak_phase";
 inline constexpr char kMemoryModelInputBytes[] = "memory_model.input_bytes";
 inline constexpr char kMemoryModelLayerBytes[] = "memory_model.layer_bytes";
+// The GEMM ceiling the rank measured before its first iteration (core/gemm_throughput.h): the
+// best rate in FLOP/s (decimal), and the GEMM it timed.
+inline constexpr char kGemmCeilingFlopsPerSecond[] = "gemm_ceiling.flops_per_second";
+inline constexpr char kGemmCeilingGemm[] = "gemm_ceiling.gemm";
 
 }  // namespace bitparity::trace_keys
 

@@ -51,6 +51,7 @@ ArmRunReport SummarizeRun(const Trace& trace, const std::string& trace_path, dou
     run.memory.push_back({rank.rank, RankPeakBytes(rank), PredictedPeakBytes(rank)});
   }
   run.all_to_all = AllToAllTimeOf(trace);
+  run.throughput = ThroughputOf(trace);
   run.records_digest = RecordsDigest(trace);
   for (const IterationRecord& r : iterations) run.grad_norm.push_back(r.grad_norm);
   const RankTrace& first = trace.ranks.at(0);
@@ -122,6 +123,34 @@ nlohmann::json DifferenceJson(const Difference& d) {
   return where;
 }
 
+nlohmann::json ThroughputJson(const Throughput& t) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankThroughput& r : t.ranks) {
+    ranks.push_back({{"rank", r.rank},
+                     {"iterations", r.iterations},
+                     {"seconds", r.seconds},
+                     {"model_flops", r.model_flops},
+                     {"replay_flops", r.replay_flops},
+                     {"model_tflops", r.model_flops_per_second() / 1e12},
+                     {"hardware_tflops", r.hardware_flops_per_second() / 1e12},
+                     {"ceiling_tflops", r.ceiling_flops_per_second / 1e12},
+                     {"mfu", r.mfu()}});
+  }
+  return {{"model_tflops_per_rank", t.model_flops_per_second_per_rank() / 1e12},
+          {"hardware_tflops_per_rank", t.hardware_flops_per_second_per_rank() / 1e12},
+          {"mfu", t.mfu()},
+          {"flops_per_iteration",
+           {{"forward", t.forward_flops},
+            {"replay", t.replay_flops},
+            {"backward", t.backward_flops},
+            {"attention", t.attention_flops},
+            {"dense", t.dense_flops},
+            {"expert", t.expert_flops},
+            {"head", t.head_flops},
+            {"other", t.other_flops}}},
+          {"ranks", ranks}};
+}
+
 }  // namespace
 
 nlohmann::json JsonReport(const RunReport& report) {
@@ -150,6 +179,7 @@ nlohmann::json JsonReport(const RunReport& report) {
                          {"predicted_peak_bytes", m.predicted_peak_bytes}});
       }
       a["runs"].push_back({{"trace", r.trace_path},
+                           {"throughput", ThroughputJson(r.throughput)},
                            {"seconds", r.seconds},
                            {"loss", r.loss},
                            {"step_seconds", r.step_seconds},
@@ -187,7 +217,7 @@ std::string ConsoleReport(const RunReport& report) {
     out << "  developer switch active: " << s << "\n";
   }
   out << "  arm                runs  loss first -> last        peak MiB  model MiB  "
-         "s/iteration  a2a hidden\n";
+         "s/iteration  a2a hidden  TFLOP/s/rank    MFU\n";
   for (const ArmReport& arm : report.arms) {
     if (arm.runs.empty()) continue;
     const ArmRunReport& first = arm.runs.front();
@@ -203,11 +233,16 @@ std::string ConsoleReport(const RunReport& report) {
     if (first.all_to_all.count > 0) {
       std::snprintf(hidden, sizeof(hidden), "%.1f%%", 100.0 * first.all_to_all.hidden_fraction());
     }
+    char mfu[16] = "-";  // no measured ceiling
+    if (first.throughput.mfu() > 0) {
+      std::snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * first.throughput.mfu());
+    }
     const size_t n = first.loss.size();
-    std::snprintf(line, sizeof(line), "  %-18s %4zu  %.6f -> %.6f    %8.2f   %s   %8.3f  %10s\n",
-                  arm.name.c_str(), arm.runs.size(), n ? first.loss.front() : 0.0f,
-                  n ? first.loss.back() : 0.0f, first.peak_bytes_max / 1048576.0, model,
-                  n ? step / n : 0.0, hidden);
+    std::snprintf(
+        line, sizeof(line), "  %-18s %4zu  %.6f -> %.6f    %8.2f   %s   %8.3f  %10s  %12.4f %6s\n",
+        arm.name.c_str(), arm.runs.size(), n ? first.loss.front() : 0.0f,
+        n ? first.loss.back() : 0.0f, first.peak_bytes_max / 1048576.0, model, n ? step / n : 0.0,
+        hidden, first.throughput.model_flops_per_second_per_rank() / 1e12, mfu);
     out << line;
   }
   out << "checks:\n" << FormatChecks(report.checks);

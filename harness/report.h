@@ -15,6 +15,7 @@
 #include "core/trace.h"
 #include "harness/checks.h"
 #include "harness/fingerprint.h"
+#include "harness/throughput.h"
 
 namespace bitparity {
 
@@ -36,6 +37,7 @@ struct ArmRunReport {
   int64_t peak_bytes_max = 0;        // over iterations and ranks
   std::vector<RankMemoryReport> memory;
   AllToAllTime all_to_all;     // over ranks and iterations but the first
+  Throughput throughput;       // counted GEMM FLOPs over step time; MFU
   std::string records_digest;  // RecordsDigest of the run's trace
   // For report.html (not in report.json): per iteration, rank 0's grad norm; rank 0's memory
   // timeline of the last iteration (with --memory-timeline); each rank's schedule intervals of

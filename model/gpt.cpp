@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "core/flop_count.h"
 #include "core/node_probes.h"
 #include "core/random.h"
 
@@ -91,10 +92,14 @@ LayerAttentionOutput GptModel::LayerAttention(const LayerWeights& layer, const a
         ComputeMhcMapping(streams[0], layer.attention_mhc, n, config_.mhc_sinkhorn_iterations);
     attention_input = MhcAggregate(streams[1], attention_mhc.pre, n);
   }
-  at::Tensor attention =
-      ops::CausalSelfAttention(Norm(attention_input, a.norm), a.qkv, a.proj, config_.heads, rope_,
-                               precision_, state.position_ids, state.padding_mask,
-                               config_.attention_dropout, DropoutKey(state, layer.index, 2));
+  at::Tensor attention;
+  {
+    const GemmCategoryScope gemms(GemmCategory::kAttention);
+    attention =
+        ops::CausalSelfAttention(Norm(attention_input, a.norm), a.qkv, a.proj, config_.heads, rope_,
+                                 precision_, state.position_ids, state.padding_mask,
+                                 config_.attention_dropout, DropoutKey(state, layer.index, 2));
+  }
   attention = ops::Dropout(attention, config_.dropout, DropoutKey(state, layer.index, 0));
   at::Tensor mlp_input;
   if (config_.mhc()) {
@@ -123,6 +128,7 @@ LayerAttentionOutput GptModel::LayerAttention(const LayerWeights& layer, const a
 }
 
 at::Tensor GptModel::LayerDenseMlp(const LayerWeights& layer, const at::Tensor& mlp_input) const {
+  const GemmCategoryScope gemms(GemmCategory::kDense);
   return ops::SwiGlu(mlp_input, layer.dense.fc1, layer.dense.fc2, at::Tensor(), precision_);
 }
 
@@ -295,6 +301,7 @@ at::Tensor GptModel::MtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x) co
 void GptModel::PostProcess(const at::Tensor& main_hidden, const std::vector<at::Tensor>& mtp_hidden,
                            const ChunkState& state, MicrobatchLosses* losses) const {
   const PrecisionConfig head_precision = HeadPrecision(precision_);
+  const GemmCategoryScope gemms(GemmCategory::kHead);
   at::Tensor lm = ops::MaskedCrossEntropy(ops::Linear(main_hidden, weights_.head, head_precision),
                                           state.labels, state.loss_mask);
   losses->lm_loss = lm.item<float>();

@@ -22,7 +22,12 @@ at::Tensor UnweightedRms(const at::Tensor& x) {
 MhcMapping ComputeMhcMapping(const at::Tensor& streams, const MhcWeights& w, int64_t n,
                              int64_t sinkhorn_iterations) {
   const int64_t b = streams.size(0), s = streams.size(1);
-  at::Tensor logits = at::matmul(UnweightedRms(streams), w.mapping.t());  // [b, s, n^2 + 2n]
+  at::Tensor logits;  // [b, s, n^2 + 2n]
+  {
+    const at::Tensor normed = UnweightedRms(streams);
+    ops::CountLinearFlops(normed, w.mapping);
+    logits = at::matmul(normed, w.mapping.t());
+  }
   std::vector<at::Tensor> parts = logits.split_with_sizes({n, n, n * n}, -1);
   std::vector<at::Tensor> bias = w.bias.split_with_sizes({n, n, n * n}, -1);
   MhcMapping m;
@@ -49,8 +54,13 @@ at::Tensor MhcAggregate(const at::Tensor& streams, const at::Tensor& pre, int64_
 at::Tensor MhcUpdate(const at::Tensor& streams, const at::Tensor& output, const MhcMapping& mapping,
                      int64_t n) {
   const int64_t b = streams.size(0), s = streams.size(1), h = streams.size(2) / n;
-  at::Tensor mixed =
-      at::matmul(mapping.res.transpose(-1, -2), streams.view({b, s, n, h}).to(at::kFloat));
+  at::Tensor mixed;
+  {
+    const at::Tensor mix = mapping.res.transpose(-1, -2);
+    const at::Tensor per_stream = streams.view({b, s, n, h}).to(at::kFloat);
+    ops::CountMatmulFlops(mix, per_stream);
+    mixed = at::matmul(mix, per_stream);
+  }
   at::Tensor expanded = mapping.post.unsqueeze(-1) * output.to(at::kFloat).unsqueeze(2);
   return (mixed + expanded).reshape({b, s, n * h}).to(streams.scalar_type());
 }
@@ -62,7 +72,12 @@ at::Tensor MhcExpand(const at::Tensor& x, int64_t n) {
 
 at::Tensor MhcContract(const at::Tensor& streams, const MhcContractWeights& w, int64_t n) {
   const int64_t b = streams.size(0), s = streams.size(1), h = streams.size(2) / n;
-  at::Tensor gate = at::sigmoid(at::matmul(UnweightedRms(streams), w.fn.t()) * w.scale + w.base);
+  at::Tensor gate;
+  {
+    const at::Tensor normed = UnweightedRms(streams);
+    ops::CountLinearFlops(normed, w.fn);
+    gate = at::sigmoid(at::matmul(normed, w.fn.t()) * w.scale + w.base);
+  }
   at::Tensor weighted = streams.view({b, s, n, h}).to(at::kFloat) * gate.unsqueeze(-1);
   return weighted.sum(2).to(streams.scalar_type());
 }

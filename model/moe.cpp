@@ -4,6 +4,7 @@
 
 #include <numeric>
 
+#include "core/flop_count.h"
 #include "model/ops.h"
 
 namespace bitparity {
@@ -52,6 +53,7 @@ std::vector<int64_t> ExchangeCounts(const std::vector<int64_t>& counts, int64_t 
 at::Tensor ApplyExpertsToBlocks(const at::Tensor& rows, const at::Tensor& probs,
                                 const std::vector<int64_t>& counts, const MoeWeights& weights,
                                 const PrecisionConfig& precision) {
+  const GemmCategoryScope gemms(GemmCategory::kExpert);
   std::vector<at::Tensor> outputs;
   int64_t offset = 0;
   for (size_t e = 0; e < weights.local_experts.size(); ++e) {
@@ -71,7 +73,12 @@ RouterResult Route(const at::Tensor& tokens, const at::Tensor& router_weight, in
                    double aux_loss_coeff, double aux_grad_scale, bool attach_aux_scaler) {
   const int64_t num_tokens = tokens.size(0);
   const int64_t experts = router_weight.size(0);
-  at::Tensor logits = at::linear(tokens.to(at::kFloat), router_weight);
+  at::Tensor logits;
+  {
+    const at::Tensor router_input = tokens.to(at::kFloat);
+    ops::CountLinearFlops(router_input, router_weight);
+    logits = at::linear(router_input, router_weight);
+  }
   at::Tensor scores = at::softmax(logits, -1);
   auto [values, indices] = at::topk(scores, topk, -1, /*largest=*/true, /*sorted=*/true);
   at::Tensor probs = values / values.sum(-1, /*keepdim=*/true);

@@ -9,6 +9,7 @@
 
 #include "core/cuda_support.h"
 #include "core/errors.h"
+#include "core/flop_count.h"
 #include "core/fp8.h"
 #include "core/fp8_tensor.h"
 
@@ -220,7 +221,30 @@ at::Tensor CompositeRmsNorm(const at::Tensor& x, const at::Tensor& weight, doubl
       .to(x.scalar_type());
 }
 
+namespace {
+
+int BackwardProducts(const at::Tensor& a, const at::Tensor& b) {
+  if (!torch::GradMode::is_enabled()) return 0;
+  return (a.requires_grad() ? 1 : 0) + (b.requires_grad() ? 1 : 0);
+}
+
+}  // namespace
+
+void CountLinearFlops(const at::Tensor& x, const at::Tensor& weight) {
+  if (FlopCounter::current() == nullptr) return;
+  const int64_t k = x.size(-1);
+  FlopCounter::CountGemm(1, k == 0 ? 0 : x.numel() / k, weight.size(0), k,
+                         BackwardProducts(x, weight));
+}
+
+void CountMatmulFlops(const at::Tensor& a, const at::Tensor& b) {
+  if (FlopCounter::current() == nullptr) return;
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  FlopCounter::CountGemm(m * k == 0 ? 0 : a.numel() / (m * k), m, n, k, BackwardProducts(a, b));
+}
+
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const PrecisionConfig& precision) {
+  CountLinearFlops(x, weight);
   switch (precision.recipe) {
     case PrecisionRecipe::kFp32:
     case PrecisionRecipe::kBf16:
@@ -302,6 +326,7 @@ at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight
   at::Tensor k = ApplyRope(parts[1], positioned);
   // Scaling and masking work in place on the fp32 scores: neither backward needs the values
   // they overwrite, and the [b, heads, s, s] temporaries are the largest of a layer.
+  CountMatmulFlops(q, k.transpose(-2, -1));
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).to(at::kFloat);
   scores.mul_(1.0 / std::sqrt(static_cast<double>(d)));
   at::Tensor causal = at::ones({s, s}, scores.options().dtype(at::kBool)).triu(1);
@@ -322,6 +347,7 @@ at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight
     scores.reset();
   }
   probs = Dropout(probs, attention_dropout, dropout_key);
+  CountMatmulFlops(probs, parts[2]);
   at::Tensor context = at::matmul(probs, parts[2]).transpose(1, 2).reshape({b, s, h});
   return Linear(context, proj_weight, precision);
 }

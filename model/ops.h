@@ -32,6 +32,13 @@ at::Tensor CompositeRmsNorm(const at::Tensor& x, const at::Tensor& weight, doubl
 // GPU, FP8 tensor-core GEMMs on the same quantized operands.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const PrecisionConfig& precision);
 
+// Counts (core/flop_count.h) the GEMM x @ weight^T, x: [..., k], weight: [n, k]; and the batched
+// product a @ b, a: [..., m, k], b: [..., k, n] (b broadcast over a's batch). With gradients on,
+// one backward GEMM per operand that requires a gradient. Linear and CausalSelfAttention count
+// their own; a caller that runs a GEMM of its own (the router, mHC) counts it with these.
+void CountLinearFlops(const at::Tensor& x, const at::Tensor& weight);
+void CountMatmulFlops(const at::Tensor& a, const at::Tensor& b);
+
 // Native FP8 GEMMs exist for the blockwise recipe on sm_90 (cuBLASLt's 1x128 / 128x128
 // scaling); InputError naming `where` (the recipe table) and the way out otherwise. Nothing to
 // check for emulated or non-FP8 precision.

@@ -2,11 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "core/errors.h"
+#include "core/flop_count.h"
 #include "core/node_probes.h"
 #include "core/pipeline_schedule.h"
 
@@ -581,8 +583,11 @@ at::Tensor ChunkSchedule::Run(const NodeOp& op, at::Tensor grad) {
         return grad;
       }
       break;
-    default:
+    default: {
+      std::optional<FlopReplayScope> replay;  // a replay's GEMMs count as recompute
+      if (op.phase == Phase::kReplay) replay.emplace();
       return layers_[op.layer]->Run(op, std::move(grad));
+    }
   }
   throw std::logic_error(std::string("overlap plan: unexpected operation ") + ToString(op.node) +
                          "/" + ToString(op.phase));

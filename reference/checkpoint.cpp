@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "core/flop_count.h"
 #include "core/memory.h"
 #include "core/node_probes.h"
 
@@ -12,7 +13,8 @@ using torch::autograd::variable_list;
 
 class CheckpointNode : public torch::autograd::Node {
  public:
-  CheckpointNode(CheckpointBody body, std::vector<at::Tensor> inputs) : body_(std::move(body)) {
+  CheckpointNode(CheckpointBody body, std::vector<at::Tensor> inputs)
+      : body_(std::move(body)), flop_counter_(FlopCounter::current()) {
     for (const at::Tensor& input : inputs) {
       requires_grad_.push_back(input.requires_grad());
       inputs_.push_back(input.detach());
@@ -31,7 +33,9 @@ class CheckpointNode : public torch::autograd::Node {
     at::Tensor out;
     {
       torch::AutoGradMode enable(true);
-      const ProbeReplayScope replay;  // node probes of the body are replay records
+      const ProbeReplayScope replay;                   // node probes of the body are replay records
+      const FlopCounterScope counting(flop_counter_);  // the rank's, whichever thread this is
+      const FlopReplayScope replay_flops;
       out = body_(leaves);
     }
     MemoryTimeline::Mark("checkpoint replay");
@@ -49,6 +53,7 @@ class CheckpointNode : public torch::autograd::Node {
   CheckpointBody body_;
   std::vector<at::Tensor> inputs_;
   std::vector<bool> requires_grad_;
+  FlopCounter* flop_counter_;  // the rank's, when the forward ran
 };
 
 }  // namespace

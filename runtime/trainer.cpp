@@ -14,6 +14,7 @@
 #include "core/determinism.h"
 #include "core/digest.h"
 #include "core/errors.h"
+#include "core/flop_count.h"
 #include "core/memory.h"
 #include "core/node_probes.h"
 #include "model/ops.h"
@@ -343,9 +344,12 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   if (pp_comm_) pp_comm_->ResetStats();
   params.ZeroMainGrads();
   std::vector<MicrobatchLosses> losses;
+  FlopCount flops;
   {
+    FlopCounter counter;
     std::vector<ChunkState> microbatches = MakeMicrobatches(iteration);
     losses = engine_->RunIteration(microbatches);
+    flops = counter.Take();
   }
   RecordReplayCensus(iteration, start_bytes);
   ReduceDataParallelGrads();
@@ -354,6 +358,14 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
 
   IterationRecord record;
   record.iteration = iteration;
+  record.gemm_flops_forward = flops.of(FlopPass::kForward);
+  record.gemm_flops_replay = flops.of(FlopPass::kReplay);
+  record.gemm_flops_backward = flops.of(FlopPass::kBackward);
+  record.gemm_flops_attention = flops.of(GemmCategory::kAttention);
+  record.gemm_flops_dense = flops.of(GemmCategory::kDense);
+  record.gemm_flops_expert = flops.of(GemmCategory::kExpert);
+  record.gemm_flops_head = flops.of(GemmCategory::kHead);
+  record.gemm_flops_other = flops.of(GemmCategory::kOther);
   record.comm_seconds = ep_comm_->stats().in_flight_seconds;
   record.comm_exposed_seconds = ep_comm_->stats().exposed_seconds;
   record.comm_count = ep_comm_->stats().count;

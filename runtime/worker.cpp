@@ -15,6 +15,7 @@
 #include "core/cuda_support.h"
 #include "core/determinism.h"
 #include "core/errors.h"
+#include "core/gemm_throughput.h"
 #include "core/memory.h"
 #include "core/node_probes.h"
 #include "core/provenance.h"
@@ -110,6 +111,17 @@ int Run(const WorkerRequest& request) {
     for (const LayerMemory& layer : probe.layers) largest = std::max(largest, layer.retained);
     model_attributes[trace_keys::kMemoryModelLayerBytes] = std::to_string(largest);
     trainer.set_replay_levels(std::move(prediction.replay_levels));
+  }
+  // The ceiling MFU is against, in the dtype this arm's GEMMs run in (emulated FP8 runs bf16
+  // GEMMs), with this rank's threads, on its device, as loaded as it is now.
+  {
+    const GemmThroughput ceiling = MeasureGemmCeiling(
+        arm.precision.recipe == PrecisionRecipe::kFp32 ? at::kFloat : at::kBFloat16,
+        comm->device());
+    char rate[32];
+    std::snprintf(rate, sizeof(rate), "%.6g", ceiling.best_flops_per_second());
+    model_attributes[trace_keys::kGemmCeilingFlopsPerSecond] = rate;
+    model_attributes[trace_keys::kGemmCeilingGemm] = ceiling.Describe();
   }
   RankTrace rank = trainer.DescribeRank();
   rank.attributes.insert(model_attributes.begin(), model_attributes.end());

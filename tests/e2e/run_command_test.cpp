@@ -120,7 +120,23 @@ TEST(RunCommand, DefaultRecipePassesEndToEnd) {
     EXPECT_EQ(runs[0]["step_seconds"].size(), 20u);
     EXPECT_GT(runs[0]["peak_bytes_max"].get<int64_t>(), 0);
     EXPECT_TRUE(fs::exists(runs[0]["trace"].get<std::string>()));
+    // Throughput: counted FLOPs over the step, against the ceiling each rank measured.
+    const auto& throughput = runs[0]["throughput"];
+    const auto& flops = throughput["flops_per_iteration"];
+    EXPECT_GT(flops["forward"].get<double>(), 0) << arm;
+    EXPECT_EQ(flops["backward"].get<double>(), 2 * flops["forward"].get<double>()) << arm;
+    EXPECT_GT(flops["replay"].get<double>(), 0) << arm;  // full recompute
+    EXPECT_GT(throughput["model_tflops_per_rank"].get<double>(), 0) << arm;
+    EXPECT_GT(throughput["mfu"].get<double>(), 0) << arm;
+    EXPECT_LT(throughput["mfu"].get<double>(), 1) << arm;
+    for (const auto& rank : throughput["ranks"]) {
+      EXPECT_GT(rank["ceiling_tflops"].get<double>(), 0) << arm;
+    }
   }
+  // Both arms do the same arithmetic: the same counted FLOPs.
+  EXPECT_EQ(report["arms"]["reference"]["runs"][0]["throughput"]["flops_per_iteration"],
+            report["arms"]["overlap"]["runs"][0]["throughput"]["flops_per_iteration"]);
+  EXPECT_NE(r.output.find("TFLOP/s/rank    MFU"), std::string::npos) << r.output;
   EXPECT_GE(report["checks"].size(), 6u);
 }
 

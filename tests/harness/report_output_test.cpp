@@ -73,6 +73,17 @@ RunReport MakeReport(Scenario scenario) {
   for (RankTrace& rank : overlap.ranks) {
     rank.attributes[trace_keys::kMemoryModelPredictedPeakBytes] = "5242880";  // 5 MiB
     for (IterationRecord& record : rank.iterations) record.peak_bytes += (rank.rank + 2) << 20;
+    // Counted GEMM FLOPs and the measured ceiling: 300 GFLOP of model work in 0.5 s per
+    // iteration, against 1.2 TFLOP/s, is 0.6 TFLOP/s and MFU 50%.
+    rank.attributes[trace_keys::kGemmCeilingFlopsPerSecond] = "1.2e+12";
+    for (IterationRecord& record : rank.iterations) {
+      record.gemm_flops_forward = 100'000'000'000;
+      record.gemm_flops_replay = 50'000'000'000;
+      record.gemm_flops_backward = 200'000'000'000;
+      record.gemm_flops_attention = 100'000'000'000;
+      record.gemm_flops_expert = 200'000'000'000;
+      record.gemm_flops_head = 50'000'000'000;
+    }
   }
   Tolerance loss_policy;
   if (scenario == Scenario::kGradientOneUlp) {
@@ -157,9 +168,9 @@ TEST(ReportOutput, ConsoleSummaryIsPinned) {
   ExpectLines(ConsoleReport(MakeReport(Scenario::kGradientOneUlp)), R"pinned(
 
 recipe tiny (/recipes/tiny.toml), fingerprint cpu-0123456789ab, 4.8 s
-  arm                runs  loss first -> last        peak MiB  model MiB  s/iteration  a2a hidden
-  reference             2  5.000000 -> 1.666667        0.00          -      0.500           -
-  overlap               2  5.000000 -> 1.666667        3.00       5.00      0.500           -
+  arm                runs  loss first -> last        peak MiB  model MiB  s/iteration  a2a hidden  TFLOP/s/rank    MFU
+  reference             2  5.000000 -> 1.666667        0.00          -      0.500           -        0.0000      -
+  overlap               2  5.000000 -> 1.666667        3.00       5.00      0.500           -        0.6000  50.0%
 checks:
   PASS   reference reproduces itself      bit-identical: 60 records in each of 2 runs
   PASS   overlap reproduces itself        bit-identical: 60 records in each of 2 runs
@@ -225,6 +236,45 @@ TEST(ReportOutput, JsonReportIsPinned) {
             0.5,
             0.5
           ],
+          "throughput": {
+            "flops_per_iteration": {
+              "attention": 200000000000.0,
+              "backward": 400000000000.0,
+              "dense": 0.0,
+              "expert": 400000000000.0,
+              "forward": 200000000000.0,
+              "head": 100000000000.0,
+              "other": 0.0,
+              "replay": 100000000000.0
+            },
+            "hardware_tflops_per_rank": 0.7,
+            "mfu": 0.5,
+            "model_tflops_per_rank": 0.6,
+            "ranks": [
+              {
+                "ceiling_tflops": 1.2,
+                "hardware_tflops": 0.7,
+                "iterations": 2,
+                "mfu": 0.5,
+                "model_flops": 600000000000.0,
+                "model_tflops": 0.6,
+                "rank": 0,
+                "replay_flops": 100000000000.0,
+                "seconds": 1.0
+              },
+              {
+                "ceiling_tflops": 1.2,
+                "hardware_tflops": 0.7,
+                "iterations": 2,
+                "mfu": 0.5,
+                "model_flops": 600000000000.0,
+                "model_tflops": 0.6,
+                "rank": 1,
+                "replay_flops": 100000000000.0,
+                "seconds": 1.0
+              }
+            ]
+          },
           "trace": "/out/overlap/run1/trace.h5"
         }
       ]

@@ -1,0 +1,78 @@
+#include "harness/throughput.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "core/trace_keys.h"
+
+namespace bitparity {
+
+double RankThroughput::mfu() const {
+  return ceiling_flops_per_second > 0 ? model_flops_per_second() / ceiling_flops_per_second : 0;
+}
+
+double Throughput::model_flops_per_second_per_rank() const {
+  if (ranks.empty()) return 0;
+  double sum = 0;
+  for (const RankThroughput& r : ranks) sum += r.model_flops_per_second();
+  return sum / static_cast<double>(ranks.size());
+}
+
+double Throughput::hardware_flops_per_second_per_rank() const {
+  if (ranks.empty()) return 0;
+  double sum = 0;
+  for (const RankThroughput& r : ranks) sum += r.hardware_flops_per_second();
+  return sum / static_cast<double>(ranks.size());
+}
+
+double Throughput::mfu() const {
+  double achieved = 0, ceiling = 0;
+  for (const RankThroughput& r : ranks) {
+    if (r.ceiling_flops_per_second <= 0) return 0;
+    achieved += r.model_flops_per_second();
+    ceiling += r.ceiling_flops_per_second;
+  }
+  return ceiling > 0 ? achieved / ceiling : 0;
+}
+
+Throughput ThroughputOf(const Trace& trace) {
+  Throughput out;
+  int64_t measured = 0;  // iterations, over ranks (for the per-iteration means)
+  for (const RankTrace& rank : trace.ranks) {
+    RankThroughput r;
+    r.rank = rank.rank;
+    auto ceiling = rank.attributes.find(trace_keys::kGemmCeilingFlopsPerSecond);
+    if (ceiling != rank.attributes.end()) {
+      r.ceiling_flops_per_second = std::strtod(ceiling->second.c_str(), nullptr);
+    }
+    const bool skip_first = rank.iterations.size() > 1;
+    for (const IterationRecord& it : rank.iterations) {
+      if (skip_first && &it == &rank.iterations.front()) continue;
+      ++r.iterations;
+      r.seconds += it.step_seconds;
+      r.model_flops += static_cast<double>(it.gemm_flops_forward + it.gemm_flops_backward);
+      r.replay_flops += static_cast<double>(it.gemm_flops_replay);
+      out.forward_flops += static_cast<double>(it.gemm_flops_forward);
+      out.replay_flops += static_cast<double>(it.gemm_flops_replay);
+      out.backward_flops += static_cast<double>(it.gemm_flops_backward);
+      out.attention_flops += static_cast<double>(it.gemm_flops_attention);
+      out.dense_flops += static_cast<double>(it.gemm_flops_dense);
+      out.expert_flops += static_cast<double>(it.gemm_flops_expert);
+      out.head_flops += static_cast<double>(it.gemm_flops_head);
+      out.other_flops += static_cast<double>(it.gemm_flops_other);
+    }
+    measured = std::max(measured, r.iterations);
+    out.ranks.push_back(r);
+  }
+  if (measured > 0) {
+    for (double* v :
+         {&out.forward_flops, &out.replay_flops, &out.backward_flops, &out.attention_flops,
+          &out.dense_flops, &out.expert_flops, &out.head_flops, &out.other_flops}) {
+      *v /= static_cast<double>(measured);
+    }
+  }
+  return out;
+}
+
+}  // namespace bitparity

@@ -1,0 +1,56 @@
+#ifndef BITPARITY_HARNESS_THROUGHPUT_H_
+#define BITPARITY_HARNESS_THROUGHPUT_H_
+
+// A run's throughput from its trace: the counted GEMM FLOPs (core/flop_count.h) per rank over its
+// step time, and MFU against the GEMM ceiling each rank measured (core/gemm_throughput.h). Model
+// FLOPs are a training step's forward and backward GEMMs; recompute replays are counted apart
+// (work the recompute chooses to redo: in the hardware rate, not in MFU), as is customary.
+
+#include <cstdint>
+#include <vector>
+
+#include "core/trace.h"
+
+namespace bitparity {
+
+// One rank over every iteration but the first (a warm-up, when there are more).
+struct RankThroughput {
+  int64_t rank = 0;
+  int64_t iterations = 0;
+  double seconds = 0;                   // their step time, summed
+  double model_flops = 0;               // forward + backward GEMM FLOPs, summed
+  double replay_flops = 0;              // recompute replay GEMM FLOPs, summed
+  double ceiling_flops_per_second = 0;  // the rank's measured ceiling; 0 when the trace has none
+
+  double model_flops_per_second() const { return seconds > 0 ? model_flops / seconds : 0; }
+  // Model and replay FLOPs per second: what the hardware did.
+  double hardware_flops_per_second() const {
+    return seconds > 0 ? (model_flops + replay_flops) / seconds : 0;
+  }
+  double mfu() const;  // model FLOP/s over the ceiling; 0 without a ceiling
+};
+
+struct Throughput {
+  std::vector<RankThroughput> ranks;
+  // Per iteration, summed over ranks and averaged over the measured iterations.
+  double forward_flops = 0;
+  double replay_flops = 0;
+  double backward_flops = 0;
+  double attention_flops = 0;
+  double dense_flops = 0;
+  double expert_flops = 0;
+  double head_flops = 0;
+  double other_flops = 0;
+
+  // Mean over ranks of their model FLOP/s; 0 when no rank counted any.
+  double model_flops_per_second_per_rank() const;
+  double hardware_flops_per_second_per_rank() const;
+  // Every rank's model FLOP/s over every rank's ceiling; 0 without ceilings.
+  double mfu() const;
+};
+
+Throughput ThroughputOf(const Trace& trace);
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_HARNESS_THROUGHPUT_H_

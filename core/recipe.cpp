@@ -257,6 +257,12 @@ void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) 
                 "\"block\"");
     }
   }
+  if (arm.delay_wgrad && arm.engine != EngineKind::kOverlap) {
+    diag->Add(where,
+              "delay_wgrad needs engine \"overlap\" (delayed weight gradients run under "
+              "the overlap's all-to-alls), got engine \"" +
+                  std::string(ToString(arm.engine)) + "\"");
+  }
   if (arm.engine == EngineKind::kOverlap) {
     // Megatron's rules for --overlap-moe-expert-parallel-comm.
     if (m.mtp_layers > 1) {

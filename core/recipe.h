@@ -192,6 +192,8 @@ struct ArmConfig {
   RecomputeConfig recompute;
   PrecisionConfig precision;
   Dispatcher dispatcher = Dispatcher::kAllToAll;
+  // Delayed weight gradients (Megatron's --delay-wgrad-compute; overlap engine only).
+  bool delay_wgrad = false;
   // Where `recompute` and `precision` were read, as messages name it: the arm's own sub-table
   // when it overrides them, else the top-level table and the arm ("[recompute] (arm 'x')").
   std::string recompute_table;

@@ -234,6 +234,13 @@ const KeyTable<ArmConfig>& ArmKeys() {
                   [](TableReader& r, ArmConfig* arm) {
                     arm->dispatcher = r.Enum("dispatcher", arm->dispatcher, kDispatcherNames);
                   })
+          .Custom("delay_wgrad", "boolean", "false",
+                  "overlap engine: the attn and mlp backward compute input gradients only, and "
+                  "their weight gradients run later, under the other microbatch's all-to-all "
+                  "(Megatron's --delay-wgrad-compute); the same bits either way",
+                  [](TableReader& r, ArmConfig* arm) {
+                    arm->delay_wgrad = r.Bool("delay_wgrad", arm->delay_wgrad);
+                  })
           .Custom("recompute", "table", "[recompute]",
                   "[arms.NAME.recompute]: the arm's own [recompute] keys",
                   sub_table("recompute",

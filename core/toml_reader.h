@@ -141,6 +141,16 @@ class TableReader {
     return value;
   }
 
+  bool Bool(const std::string& key, bool fallback) {
+    const toml::node* node = Take(key);
+    if (!node) return fallback;
+    if (!node->is_boolean()) {
+      Error(key, "must be true or false, got " + DescribeNode(*node) + LineSuffix(*node));
+      return fallback;
+    }
+    return node->as_boolean()->get();
+  }
+
   std::string String(const std::string& key, const std::string& fallback) {
     const toml::node* node = Take(key);
     if (!node) return fallback;

@@ -20,6 +20,18 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+thread_local DelayedWgrads* delayed_wgrad_sink = nullptr;
+
+// The sink a Function's forward found, kept in its context for its backward (which may run on
+// another thread).
+int64_t SinkHandle(DelayedWgrads* sink) {
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(sink));
+}
+DelayedWgrads* SinkOf(AutogradContext* ctx) {
+  return reinterpret_cast<DelayedWgrads*>(
+      static_cast<intptr_t>(ctx->saved_data["wgrad_sink"].toInt()));
+}
+
 class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
@@ -160,6 +172,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       y = at::mm(Fp8RoundTrip(x2, 1, 32, s), Fp8RoundTrip(weight, 1, 32, s).t());
     }
     ctx->save_for_backward({x2, weight});
+    ctx->saved_data["wgrad_sink"] = SinkHandle(delayed_wgrad_sink);
     ctx->saved_data["recipe"] = recipe;
     ctx->saved_data["native"] = native;
     std::vector<int64_t> shape = x.sizes().vec();
@@ -169,34 +182,108 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     variable_list saved = ctx->get_saved_variables();
-    const at::Tensor& x2 = saved[0];
-    const at::Tensor& weight = saved[1];
+    const at::Tensor x2 = saved[0];
+    const at::Tensor weight = saved[1];
     const auto precision = static_cast<PrecisionRecipe>(ctx->saved_data["recipe"].toInt());
     const bool native = ctx->saved_data["native"].toBool();
     const int64_t n = weight.size(0);
-    at::Tensor g = grads[0].to(at::kBFloat16).reshape({-1, n}).contiguous();
-    at::Tensor dx, dw;
-    if (native) {
-      // dgrad reduces over the output features; wgrad over the tokens (padded to 128).
-      const auto s = fp8::Scaling::kBlockwise;
-      dx = NativeBlockwiseGemm(fp8::QuantizeBlocks(g, 1, 128, s),
-                               fp8::QuantizeBlocks(weight.t(), 128, 128, s));
-      dw = NativeBlockwiseGemm(fp8::QuantizeBlocks(PadColumnsTo128(g.t()), 1, 128, s),
-                               fp8::QuantizeBlocks(PadColumnsTo128(x2.t()), 1, 128, s));
-    } else if (precision == PrecisionRecipe::kBlockwise) {
-      const auto s = fp8::Scaling::kBlockwise;
-      // dgrad reduces over the output features; wgrad over the tokens.
-      dx = at::mm(Fp8RoundTrip(g, 1, 128, s), Fp8RoundTrip(weight, 128, 128, s));
-      dw = at::mm(Fp8RoundTrip(g, 128, 1, s).t(), Fp8RoundTrip(x2, 128, 1, s));
+    const at::Tensor g = grads[0].to(at::kBFloat16).reshape({-1, n}).contiguous();
+    const at::Tensor dx = Dgrad(g, weight, precision, native);
+    auto wgrad = [g, x2, weight, precision, native] {
+      return Wgrad(g, x2, precision, native).to(weight.scalar_type());
+    };
+    at::Tensor dw;
+    if (DelayedWgrads* sink = SinkOf(ctx)) {
+      sink->Push(weight, std::move(wgrad));
     } else {
-      const auto s = fp8::Scaling::kMx;
-      dx = at::mm(Fp8RoundTrip(g, 1, 32, s), Fp8RoundTrip(weight, 32, 1, s));
-      dw = at::mm(Fp8RoundTrip(g, 32, 1, s).t(), Fp8RoundTrip(x2, 32, 1, s));
+      dw = wgrad();
     }
     std::vector<int64_t> shape = grads[0].sizes().vec();
     shape.back() = weight.size(1);
-    return {dx.view(shape).to(grads[0].scalar_type()), dw.to(weight.scalar_type()), at::Tensor(),
-            at::Tensor()};
+    return {dx.view(shape).to(grads[0].scalar_type()), dw, at::Tensor(), at::Tensor()};
+  }
+
+ private:
+  // dgrad reduces over the output features.
+  static at::Tensor Dgrad(const at::Tensor& g, const at::Tensor& weight, PrecisionRecipe precision,
+                          bool native) {
+    if (native) {
+      const auto s = fp8::Scaling::kBlockwise;
+      return NativeBlockwiseGemm(fp8::QuantizeBlocks(g, 1, 128, s),
+                                 fp8::QuantizeBlocks(weight.t(), 128, 128, s));
+    }
+    if (precision == PrecisionRecipe::kBlockwise) {
+      const auto s = fp8::Scaling::kBlockwise;
+      return at::mm(Fp8RoundTrip(g, 1, 128, s), Fp8RoundTrip(weight, 128, 128, s));
+    }
+    const auto s = fp8::Scaling::kMx;
+    return at::mm(Fp8RoundTrip(g, 1, 32, s), Fp8RoundTrip(weight, 32, 1, s));
+  }
+
+  // wgrad reduces over the tokens (padded to 128 for the tensor cores).
+  static at::Tensor Wgrad(const at::Tensor& g, const at::Tensor& x2, PrecisionRecipe precision,
+                          bool native) {
+    if (native) {
+      const auto s = fp8::Scaling::kBlockwise;
+      return NativeBlockwiseGemm(fp8::QuantizeBlocks(PadColumnsTo128(g.t()), 1, 128, s),
+                                 fp8::QuantizeBlocks(PadColumnsTo128(x2.t()), 1, 128, s));
+    }
+    if (precision == PrecisionRecipe::kBlockwise) {
+      const auto s = fp8::Scaling::kBlockwise;
+      return at::mm(Fp8RoundTrip(g, 128, 1, s).t(), Fp8RoundTrip(x2, 128, 1, s));
+    }
+    const auto s = fp8::Scaling::kMx;
+    return at::mm(Fp8RoundTrip(g, 32, 1, s).t(), Fp8RoundTrip(x2, 32, 1, s));
+  }
+};
+
+// A bf16 / fp32 linear layer whose weight gradient goes to a DelayedWgrads (only while a
+// DelayWgradScope is alive; at::linear otherwise). Forward and backward run the GEMMs autograd
+// runs for at::linear without bias (matmul folds the leading dimensions into one mm with the
+// transposed weight; MmBackward0's mm_mat1_backward / mm_mat2_backward, then the transpose's
+// backward), with the same operands in the same layouts: the same bits.
+class DelayedWgradLinearFunction : public torch::autograd::Function<DelayedWgradLinearFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight) {
+    const int64_t k = x.size(-1);
+    const at::Tensor x2 = x.reshape({-1, k});
+    at::Tensor y = x2.mm(weight.t());
+    ctx->save_for_backward({x2, weight});
+    ctx->saved_data["wgrad_sink"] = SinkHandle(delayed_wgrad_sink);
+    ctx->saved_data["x_shape"] = x.sizes().vec();
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = weight.size(0);
+    return y.view(shape);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list saved = ctx->get_saved_variables();
+    const at::Tensor x2 = saved[0];
+    const at::Tensor weight = saved[1];
+    const at::Tensor g = grads[0].reshape({-1, weight.size(0)});
+    const at::Tensor mat2 = weight.t();  // what the forward's mm multiplied by
+    at::Tensor dx;
+    if (ctx->needs_input_grad(0)) {
+      // mm_mat1_backward: a column-major input gets its gradient column-major.
+      const bool column_major = x2.stride(0) == 1 && x2.stride(1) == x2.size(0);
+      dx = column_major ? mat2.mm(g.t()).t() : g.mm(mat2.t());
+      dx = dx.reshape(ctx->saved_data["x_shape"].toIntVector());
+    }
+    // mm_mat2_backward of the transposed weight, then the transpose's backward.
+    auto wgrad = [g, x2, mat2] {
+      const bool column_major = mat2.stride(0) == 1 && mat2.stride(1) == mat2.size(0);
+      return (column_major ? g.t().mm(x2).t() : x2.t().mm(g)).t();
+    };
+    at::Tensor dw;
+    if (ctx->needs_input_grad(1)) {
+      DelayedWgrads* sink = SinkOf(ctx);
+      if (sink != nullptr) {
+        sink->Push(weight, std::move(wgrad));
+      } else {
+        dw = wgrad();
+      }
+    }
+    return {dx, dw};
   }
 };
 
@@ -210,6 +297,41 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& rope) {
 }
 
 }  // namespace
+
+void DelayedWgrads::Push(const at::Tensor& weight, std::function<at::Tensor()> compute) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_.push_back({weight, std::move(compute)});
+}
+
+void DelayedWgrads::Run() {
+  std::vector<Pending> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending.swap(pending_);
+  }
+  torch::NoGradGuard no_grad;
+  for (Pending& p : pending) {
+    at::Tensor dw = p.compute();
+    at::Tensor& grad = p.weight.mutable_grad();
+    if (grad.defined()) {
+      grad.add_(dw);
+    } else {
+      grad = std::move(dw);
+    }
+  }
+}
+
+bool DelayedWgrads::empty() const { return size() == 0; }
+
+size_t DelayedWgrads::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pending_.size();
+}
+
+DelayWgradScope::DelayWgradScope(DelayedWgrads* sink) : previous_(delayed_wgrad_sink) {
+  delayed_wgrad_sink = sink;
+}
+DelayWgradScope::~DelayWgradScope() { delayed_wgrad_sink = previous_; }
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return RmsNormFunction::apply(x, weight, eps);
@@ -248,6 +370,10 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const Precision
   switch (precision.recipe) {
     case PrecisionRecipe::kFp32:
     case PrecisionRecipe::kBf16:
+      if (delayed_wgrad_sink != nullptr && torch::GradMode::is_enabled() &&
+          weight.requires_grad()) {
+        return DelayedWgradLinearFunction::apply(x, weight);
+      }
       return at::linear(x, weight);
     case PrecisionRecipe::kBlockwise:
     case PrecisionRecipe::kMxfp8:

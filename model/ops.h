@@ -9,6 +9,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,45 @@ at::Tensor CompositeRmsNorm(const at::Tensor& x, const at::Tensor& weight, doubl
 // FP8 GEMMs are emulated (quantize-dequantize, bf16 GEMM) or, with fp8_backend "native" on a
 // GPU, FP8 tensor-core GEMMs on the same quantized operands.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const PrecisionConfig& precision);
+
+// Weight gradients left for later (Megatron's --delay-wgrad-compute): while a DelayWgradScope is
+// alive on a thread, every Linear that runs there with gradients on splits its backward: the
+// input gradient when autograd reaches it, the weight gradient into the scope's DelayedWgrads,
+// computed when the schedule runs them (where Megatron calls backward_dw, under another
+// microbatch's all-to-all). The GEMMs are the ones autograd runs for an undelayed linear layer,
+// operand for operand, and Run adds each result to its weight's .grad as autograd would; so the
+// bits do not change, only when the work happens.
+class DelayedWgrads {
+ public:
+  // One pending weight gradient: `compute` returns it; it goes to `weight`'s .grad.
+  void Push(const at::Tensor& weight, std::function<at::Tensor()> compute);
+  // Computes the pending weight gradients in the order they were left and accumulates each into
+  // its weight's .grad (set when undefined, else added in place).
+  void Run();
+  bool empty() const;
+  size_t size() const;
+
+ private:
+  struct Pending {
+    at::Tensor weight;
+    std::function<at::Tensor()> compute;
+  };
+  mutable std::mutex mutex_;  // a GPU's backward runs on the autograd engine's thread
+  std::vector<Pending> pending_;
+};
+
+// While alive, the thread's Linear layers run with gradients on leave their weight gradients to
+// `sink` (nullptr: none).
+class DelayWgradScope {
+ public:
+  explicit DelayWgradScope(DelayedWgrads* sink);
+  ~DelayWgradScope();
+  DelayWgradScope(const DelayWgradScope&) = delete;
+  DelayWgradScope& operator=(const DelayWgradScope&) = delete;
+
+ private:
+  DelayedWgrads* previous_;
+};
 
 // Counts (core/flop_count.h) the GEMM x @ weight^T, x: [..., k], weight: [n, k]; and the batched
 // product a @ b, a: [..., m, k], b: [..., k, n] (b broadcast over a's batch). With gradients on,

@@ -57,10 +57,22 @@ LayerSchedule::LayerSchedule(OverlapContext* context, ChunkSchedule* chunk, int6
            : nullptr;
   weights_ =
       mtp_ ? &mtp_weights_->layer : &w.layers[static_cast<size_t>(plan.stage.first_layer + layer)];
+  if (context->plan->delay_wgrad) {
+    attn_.set_wgrad_sink(&attn_wgrads_);
+    mlp_.set_wgrad_sink(&mlp_wgrads_);
+  }
 }
 
 at::Tensor LayerSchedule::Run(const NodeOp& op, at::Tensor grad) {
   const bool backward = op.phase == Phase::kBackward;
+  if (op.phase == Phase::kWgrad && op.node == NodeKind::kAttn) {
+    RunWgrads(attn_wgrads_, "attn");
+    return grad;
+  }
+  if (op.phase == Phase::kWgrad && op.node == NodeKind::kMlp) {
+    RunWgrads(mlp_wgrads_, "mlp");
+    return grad;
+  }
   switch (op.node) {
     case NodeKind::kAttn:
       if (backward) return AttnBackward();
@@ -429,6 +441,18 @@ at::Tensor LayerSchedule::AttnBackward() {
   return input_grad;
 }
 
+void LayerSchedule::RunWgrads(ops::DelayedWgrads& wgrads, const char* node) {
+  if (wgrads.empty()) {
+    throw std::logic_error(std::string("overlap plan: ") + node + " wgrad of layer " +
+                           chunk_->plan().LayerName(layer_) + ", microbatch " +
+                           std::to_string(chunk_->state().microbatch) +
+                           " before its backward left any weight gradient");
+  }
+  const int64_t begin = SteadyNanoseconds();
+  wgrads.Run();
+  Record(node, Phase::kWgrad, begin);
+}
+
 void LayerSchedule::Release() {
   attn_.Release();
   dispatch_.Release();
@@ -464,10 +488,11 @@ void LayerSchedule::ReleaseRecomputed() {
 }
 
 bool LayerSchedule::holds_tensors() const {
-  return attn_.holds_tensors() || dispatch_.holds_tensors() || mlp_.holds_tensors() ||
-         combine_comm_.holds_tensors() || combine_.holds_tensors() || mhc_post_.holds_tensors() ||
-         mtp_post_.holds_tensors() || routing_ || residual_.defined() || mlp_mhc_.res.defined() ||
-         !mlp_input_grads_.empty() || output_.defined();
+  return has_pending_wgrads() || attn_.holds_tensors() || dispatch_.holds_tensors() ||
+         mlp_.holds_tensors() || combine_comm_.holds_tensors() || combine_.holds_tensors() ||
+         mhc_post_.holds_tensors() || mtp_post_.holds_tensors() || routing_ ||
+         residual_.defined() || mlp_mhc_.res.defined() || !mlp_input_grads_.empty() ||
+         output_.defined();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -574,7 +599,15 @@ at::Tensor ChunkSchedule::Run(const NodeOp& op, at::Tensor grad) {
       return grad;
     case NodeKind::kChunk:
       if (op.phase == Phase::kFlushGrads) {
-        for (auto& layer : layers_) layer->DropKeptGraphs();
+        for (auto& layer : layers_) {
+          if (layer->has_pending_wgrads()) {
+            throw std::logic_error("overlap plan: microbatch " + std::to_string(state_.microbatch) +
+                                   ", layer " + plan_->LayerName(layer->index()) +
+                                   ": delayed weight gradients not computed before the "
+                                   "gradient flush");
+          }
+          layer->DropKeptGraphs();
+        }
         context_->model->parameters().FlushGradsToMainGrads();
         return grad;
       }

@@ -84,6 +84,8 @@ class LayerSchedule {
     if (attn_.forward_no_grad()) output_ = at::Tensor();
   }
   bool holds_tensors() const;
+  // Weight gradients left by a backward and not computed yet (delay_wgrad).
+  bool has_pending_wgrads() const { return !attn_wgrads_.empty() || !mlp_wgrads_.empty(); }
   int64_t index() const { return layer_; }
 
  private:
@@ -111,6 +113,8 @@ class LayerSchedule {
   void MlpBackward();
   void DispatchBackward();
   at::Tensor AttnBackward();  // the gradient of the layer's input
+  // A wgrad operation: the weight gradients `node`'s backward left in `wgrads`.
+  void RunWgrads(ops::DelayedWgrads& wgrads, const char* node);
 
   const std::vector<int64_t>& SendSplits() const;
   const std::vector<int64_t>& RecvSplits() const;
@@ -138,6 +142,10 @@ class LayerSchedule {
   const LayerWeights* weights_;
   const MtpWeights* mtp_weights_;
 
+  // Under delay_wgrad: the weight gradients attn and mlp backward left, run by the plan's wgrad
+  // operations. They outlive the nodes' release (attn backward releases the layer).
+  ops::DelayedWgrads attn_wgrads_;
+  ops::DelayedWgrads mlp_wgrads_;
   ComputeNode attn_{"attn"};
   AllToAllNode dispatch_;  // null in a dense layer
   ComputeNode mlp_{"mlp"};

@@ -25,11 +25,15 @@ constexpr EnumName<NodeKind> kNodeNames[] = {{NodeKind::kPreProcess, "pre_proces
                                              {NodeKind::kP2pSend, "p2p_send"},
                                              {NodeKind::kSegment, "segment"},
                                              {NodeKind::kChunk, "chunk"}};
-constexpr EnumName<Phase> kPhaseNames[] = {
-    {Phase::kForward, "forward"},        {Phase::kBackward, "backward"},
-    {Phase::kCapture, "capture"},        {Phase::kReplay, "replay"},
-    {Phase::kReplayDone, "replay_done"}, {Phase::kRelease, "release"},
-    {Phase::kFlushGrads, "flush_grads"}, {Phase::kReleaseActivations, "release_activations"}};
+constexpr EnumName<Phase> kPhaseNames[] = {{Phase::kForward, "forward"},
+                                           {Phase::kBackward, "backward"},
+                                           {Phase::kCapture, "capture"},
+                                           {Phase::kReplay, "replay"},
+                                           {Phase::kReplayDone, "replay_done"},
+                                           {Phase::kRelease, "release"},
+                                           {Phase::kFlushGrads, "flush_grads"},
+                                           {Phase::kReleaseActivations, "release_activations"},
+                                           {Phase::kWgrad, "wgrad"}};
 constexpr EnumName<Stream> kStreamNames[] = {
     {Stream::kCompute, "compute"}, {Stream::kComm, "comm"}, {Stream::kNone, "-"}};
 
@@ -71,6 +75,10 @@ class PlanBuilder {
       Add(NodeKind::kP2pSend, Phase::kBackward, b, -1, -1, Stream::kComm);
     }
     if (next) PostReceive(Phase::kBackward, next->backward);
+    if (pending_attn_wgrad_.second >= 0) {
+      Add(NodeKind::kAttn, Phase::kWgrad, pending_attn_wgrad_.first, pending_attn_wgrad_.second);
+      pending_attn_wgrad_ = {ChunkPass{}, -1};
+    }
     if (forward && forward->post_process()) Add(NodeKind::kPostProcess, Phase::kForward, f);
     if (backward) {
       if (backward->pre_process()) Add(NodeKind::kPreProcess, Phase::kBackward, b);
@@ -125,6 +133,7 @@ class PlanBuilder {
     if (fwd) Add(NodeKind::kDispatch, Phase::kForward, f, fl, -1, CommStream(f_moe));
     if (bwd) Add(NodeKind::kMlp, Phase::kBackward, b, bl);
     if (bwd) Add(NodeKind::kDispatch, Phase::kBackward, b, bl, -1, CommStream(b_moe));
+    if (bwd && plan_.delay_wgrad) Add(NodeKind::kMlp, Phase::kWgrad, b, bl);
     if (fwd) Add(NodeKind::kMlp, Phase::kForward, f, fl);
     if (fwd) {
       Add(NodeKind::kCombine, Phase::kForward, f, fl, -1, f_moe ? Stream::kComm : Stream::kCompute);
@@ -134,6 +143,13 @@ class PlanBuilder {
     if (fwd && forward->is_mtp(fl)) {
       Epilogue();
       Add(NodeKind::kMtpPostProcess, Phase::kForward, f, fl);
+    }
+    if (bwd && plan_.delay_wgrad) {
+      if (bl == 0) {
+        pending_attn_wgrad_ = {b, bl};  // the last backward layer's: after the step's sends
+      } else {
+        Add(NodeKind::kAttn, Phase::kWgrad, b, bl);
+      }
     }
     if (b_segment && b_segment->first_layer == bl) {
       Add(NodeKind::kSegment, Phase::kRelease, b, bl, bs, Stream::kNone);
@@ -188,7 +204,8 @@ class PlanBuilder {
   }
 
   CombinedStepPlan& plan_;
-  std::pair<ChunkPass, int64_t> pending_epilogue_{ChunkPass{}, -1};  // (pass, layer)
+  std::pair<ChunkPass, int64_t> pending_epilogue_{ChunkPass{}, -1};    // (pass, layer)
+  std::pair<ChunkPass, int64_t> pending_attn_wgrad_{ChunkPass{}, -1};  // (pass, layer)
 };
 
 }  // namespace
@@ -232,8 +249,9 @@ std::string ChunkPlan::LayerName(int64_t layer) const {
 
 CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, const PipelineLayout& pipeline,
                                        int64_t pp_rank, int64_t microbatches,
-                                       const RecomputeConfig& recompute) {
+                                       const RecomputeConfig& recompute, bool delay_wgrad) {
   CombinedStepPlan plan;
+  plan.delay_wgrad = delay_wgrad;
   plan.microbatches = microbatches;
   plan.pp = pipeline.pp;
   plan.vpp = pipeline.vpp;
@@ -255,9 +273,9 @@ CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, const PipelineL
 }
 
 CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, int64_t microbatches,
-                                       const RecomputeConfig& recompute) {
+                                       const RecomputeConfig& recompute, bool delay_wgrad) {
   return BuildCombinedStepPlan(model, EvenPipelineLayout(1, 1, model.layers, model.mtp_layers), 0,
-                               microbatches, recompute);
+                               microbatches, recompute, delay_wgrad);
 }
 
 namespace {

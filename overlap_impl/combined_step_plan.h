@@ -35,6 +35,13 @@
 // late; then the post-process forward (loss stage), the pre-process backward (first stage), the
 // per-pass gradient flush and the release of the recomputed layers' no-grad activations.
 //
+// With delayed weight gradients ([arms.NAME] delay_wgrad, Megatron's --delay-wgrad-compute) the
+// attn and mlp backward compute input gradients only, and `wgrad` operations compute the weight
+// gradients where Megatron calls backward_dw: mlp wgrad right after the layer's dispatch backward
+// is started (Megatron: just before it; on a CPU issuing compute blocks, so the all-to-all is
+// started first and runs under the wgrad), attn wgrad at the end of the layer pair, and the
+// last backward layer's attn wgrad after the step's sends.
+//
 // A segment replay is listed node by node: `segment replay` (restore the chunk-state snapshot),
 // every node of every layer of the segment with phase `replay` (its all-to-alls exposed: each is
 // waited for by the next node), then `segment replay_done`.
@@ -77,6 +84,7 @@ enum class Phase {
   kRelease,             // segment: drop what Capture kept
   kFlushGrads,          // chunk: add the microbatch's .grad into the fp32 main grads
   kReleaseActivations,  // chunk: drop what the no-grad forward of recomputed layers held
+  kWgrad,               // attn, mlp: the weight gradients their backward left (delay_wgrad)
 };
 
 enum class Stream { kCompute, kComm, kNone };
@@ -139,6 +147,7 @@ struct CombinedStepPlan {
   int64_t vpp = 1;
   int64_t pp_rank = 0;
   bool mhc = false;                 // layers carry an mhc_post node
+  bool delay_wgrad = false;         // attn and mlp leave their weight gradients to wgrad ops
   std::vector<ChunkPlan> chunks;    // the rank's model chunks, by chunk index
   std::vector<PipelineStep> steps;  // the combined steps, in order
   std::vector<NodeOp> ops;
@@ -170,10 +179,10 @@ struct CombinedStepPlan {
 // segments counted within the chunk).
 CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, const PipelineLayout& pipeline,
                                        int64_t pp_rank, int64_t microbatches,
-                                       const RecomputeConfig& recompute);
+                                       const RecomputeConfig& recompute, bool delay_wgrad = false);
 // The plan without a pipeline: the whole model is one chunk.
 CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, int64_t microbatches,
-                                       const RecomputeConfig& recompute);
+                                       const RecomputeConfig& recompute, bool delay_wgrad = false);
 
 // A table with one line per operation, preceded by the segments.
 std::string FormatPlan(const CombinedStepPlan& plan);

@@ -16,22 +16,22 @@ namespace {
 // The plan of this rank: its pipeline rank's, or the whole model as one chunk when the model was
 // built without a pipeline layout.
 CombinedStepPlan PlanFor(const GptModel& model, int64_t microbatches,
-                         const RecomputeConfig& recompute) {
+                         const RecomputeConfig& recompute, bool delay_wgrad) {
   const ParallelLayout& layout = model.layout();
   if (layout.pipeline.stages.empty()) {
-    return BuildCombinedStepPlan(model.config(), microbatches, recompute);
+    return BuildCombinedStepPlan(model.config(), microbatches, recompute, delay_wgrad);
   }
   return BuildCombinedStepPlan(model.config(), layout.pipeline, layout.pp_rank, microbatches,
-                               recompute);
+                               recompute, delay_wgrad);
 }
 
 }  // namespace
 
 OverlapEngine::OverlapEngine(GptModel* model, const RecomputeConfig& recompute,
                              int64_t microbatches, const OverlapBugs& bugs,
-                             std::shared_ptr<Communicator> pipeline)
+                             std::shared_ptr<Communicator> pipeline, bool delay_wgrad)
     : model_(model),
-      plan_(WithScheduleBugs(PlanFor(*model, microbatches, recompute), bugs)),
+      plan_(WithScheduleBugs(PlanFor(*model, microbatches, recompute, delay_wgrad), bugs)),
       pipeline_(std::move(pipeline)) {
   if (plan_.pipelined() && !pipeline_) {
     throw std::logic_error("overlap engine: a pipeline of " + std::to_string(plan_.pp) +

@@ -25,6 +25,7 @@ const std::vector<at::Tensor>& ComputeNode::Forward(const std::vector<at::Tensor
     outputs_ = body(*this, inputs_);
   } else {
     torch::AutoGradMode grad(true);
+    const ops::DelayWgradScope delayed(wgrad_sink_);
     outputs_ = body(*this, inputs_);
   }
   return outputs_;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "model/ops.h"
 
 namespace bitparity {
 
@@ -59,12 +60,18 @@ class ComputeNode {
   const std::string& name() const { return name_; }
   const std::vector<at::Tensor>& inputs() const { return inputs_; }
   const std::vector<at::Tensor>& outputs() const { return outputs_; }
+  // Delayed weight gradients ([arms.NAME] delay_wgrad): the linear layers of every forward that
+  // builds a graph here leave their weight gradients to `sink` (model/ops.h), which the schedule
+  // runs later. nullptr (the default): computed in Backward.
+  void set_wgrad_sink(ops::DelayedWgrads* sink) { wgrad_sink_ = sink; }
+
   bool forward_no_grad() const { return forward_no_grad_; }
   void set_forward_no_grad(bool value) { forward_no_grad_ = value; }
 
  private:
   std::string name_;
   bool forward_no_grad_ = false;
+  ops::DelayedWgrads* wgrad_sink_ = nullptr;
   std::vector<at::Tensor> inputs_;
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> side_originals_;

@@ -45,7 +45,7 @@ std::unique_ptr<Engine> MakeEngine(const ArmConfig& arm, GptModel* model, int64_
       return std::make_unique<ReferenceEngine>(model, arm.recompute, std::move(pipeline));
     case EngineKind::kOverlap:
       return std::make_unique<OverlapEngine>(model, arm.recompute, microbatches, bugs.overlap,
-                                             std::move(pipeline));
+                                             std::move(pipeline), arm.delay_wgrad);
   }
   throw InputError(std::string("arm '") + arm.name + "': engine '" + ToString(arm.engine) +
                    "' is not available in this build");

@@ -217,6 +217,95 @@ void RegisterProbeCost(const std::string& name) {
       ->Unit(benchmark::kMillisecond);
 }
 
+// Cost vs work (BM_Scaling/<axis>/<size>): the reference arm of the default recipe with one
+// size changed at a time (iterations, decoder layers, hidden width, which scales the parameters),
+// run once through the launcher; the launcher's wall time, the peak tensor memory and the trace's
+// bytes, with the parameter count, so that the slope of each against the work shows whether the
+// harness adds a superlinear term (the README's table).
+void RegisterScaling() {
+  struct Axis {
+    const char* name;
+    std::vector<int64_t> sizes;
+    std::vector<RecipeEdit> (*edits)(int64_t size);
+  };
+  const Axis axes[] = {
+      {"iterations",
+       {10, 20, 40},
+       [](int64_t n) {
+         return std::vector<RecipeEdit>{{"train.iterations", n}};
+       }},
+      {"layers",
+       {3, 6, 12},
+       [](int64_t n) {
+         return std::vector<RecipeEdit>{{"model.layers", n}, {"train.iterations", int64_t{10}}};
+       }},
+      {"hidden",
+       {64, 128, 256},
+       [](int64_t n) {
+         return std::vector<RecipeEdit>{{"model.hidden", n},
+                                        {"model.moe_ffn", n},
+                                        {"model.ffn", 2 * n},
+                                        {"train.iterations", int64_t{10}}};
+       }},
+  };
+  for (const Axis& axis : axes) {
+    for (int64_t size : axis.sizes) {
+      const std::vector<RecipeEdit> edits = axis.edits(size);
+      benchmark::RegisterBenchmark(
+          ("BM_Scaling/" + std::string(axis.name) + "/" + std::to_string(size)).c_str(),
+          [edits](benchmark::State& state) {
+            const fs::path dir =
+                fs::temp_directory_path() / ("bitparity_scaling_" + std::to_string(::getpid()));
+            fs::create_directories(dir);
+            const Recipe base = LoadRecipe(RecipePath("default"));
+            std::vector<RecipeEdit> all = edits;
+            all.push_back({"trace.dump_grads_at", std::monostate()});
+            all.push_back({"parallel.device", BenchDevice()});
+            const std::string recipe_path = (dir / "scaling.toml").string();
+            std::ofstream(recipe_path) << EditRecipe(base.text, all, "scaling.toml");
+            const Recipe recipe = LoadRecipe(recipe_path);
+            LaunchOptions launch;
+            launch.executable = BITPARITY_BINARY;
+            launch.worker.recipe_path = recipe_path;
+            launch.worker.arm = "reference";
+            launch.trace_path = (dir / "trace.h5").string();
+            launch.log_dir = (dir / "logs").string();
+            launch.world_size = recipe.world_size();
+            launch.timeout_seconds = recipe.parallel.timeout_seconds;
+            LaunchResult result;
+            for (auto _ : state) {
+              result = LaunchArm(launch);
+              if (result.exit_code != 0) {
+                state.SkipWithError(result.failure.c_str());
+                fs::remove_all(dir);
+                return;
+              }
+              state.SetIterationTime(result.seconds);
+            }
+            int64_t peak = 0, parameters = 0;
+            for (const RankTrace& rank : result.trace.ranks) {
+              for (const IterationRecord& it : rank.iterations)
+                peak = std::max(peak, it.peak_bytes);
+            }
+            for (const auto& shape : result.trace.ranks.at(0).param_shapes) {
+              int64_t n = 1;
+              for (int64_t d : shape) n *= d;
+              parameters += n;
+            }
+            state.counters["wall_s"] = result.seconds;
+            state.counters["peak_MiB"] = peak / 1048576.0;
+            state.counters["trace_KiB"] = fs::file_size(launch.trace_path) / 1024.0;
+            state.counters["rank0_parameters"] = static_cast<double>(parameters);
+            state.counters["iterations"] = static_cast<double>(recipe.train.iterations);
+            fs::remove_all(dir);
+          })
+          ->Iterations(1)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
 }  // namespace
 
 void RegisterGemmBenchmarks();  // bench/gemm_bench.cpp
@@ -229,6 +318,7 @@ int main(int argc, char** argv) {
   bitparity::RegisterRecipe("memory");
   bitparity::RegisterRecipe("perf");
   bitparity::RegisterGemmBenchmarks();
+  bitparity::RegisterScaling();
   bitparity::RegisterProbeCost("default");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

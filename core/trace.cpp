@@ -311,11 +311,13 @@ class Writer {
     if (!rank.schedule_timeline.empty()) {
       Hid timeline = Group(g, "schedule_timeline");
       const size_t m = rank.schedule_timeline.size();
-      std::vector<int64_t> microbatch(m), comm(m), begin(m), end(m);
-      std::vector<std::string> node(m);
+      std::vector<int64_t> microbatch(m), comm(m), begin(m), end(m), wait(m);
+      std::vector<std::string> node(m), phase(m);
       for (size_t i = 0; i < m; ++i) {
         const ScheduleInterval& e = rank.schedule_timeline[i];
         node[i] = e.node;
+        phase[i] = e.phase;
+        wait[i] = e.wait_ns;
         microbatch[i] = e.microbatch;
         comm[i] = e.comm;
         begin[i] = e.begin_ns;
@@ -326,7 +328,9 @@ class Writer {
       Dataset(tg, "comm", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, comm.data());
       Dataset(tg, "begin_ns", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, begin.data());
       Dataset(tg, "end_ns", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, end.data());
+      Dataset(tg, "wait_ns", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, wait.data());
       StringDataset(tg, "node", node);
+      StringDataset(tg, "phase", phase);
     }
 
     if (!rank.replay_census.empty()) {
@@ -687,8 +691,17 @@ class Reader {
       auto end = Read<int64_t>(tg, "end_ns", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
       std::vector<std::string> node = ReadStrings(tg, "node");
       if (node.size() != begin.size()) Fail("schedule_timeline/node has the wrong length");
+      // Phases and waits: absent from traces written before they were recorded.
+      std::vector<std::string> phase(begin.size());
+      std::vector<int64_t> wait(begin.size(), 0);
+      if (H5Lexists(tg, "phase", H5P_DEFAULT) > 0) {
+        phase = ReadStrings(tg, "phase");
+        if (phase.size() != begin.size()) Fail("schedule_timeline/phase has the wrong length");
+        wait = Read<int64_t>(tg, "wait_ns", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
+      }
       for (size_t i = 0; i < begin.size(); ++i) {
-        rank.schedule_timeline.push_back({node[i], microbatch[i], comm[i], begin[i], end[i]});
+        rank.schedule_timeline.push_back(
+            {node[i], microbatch[i], comm[i], begin[i], end[i], phase[i], wait[i]});
       }
     }
 

@@ -96,6 +96,8 @@ struct ScheduleInterval {
   int64_t comm = 0;      // 1: an all-to-all or transfer, from its start to its completion
   int64_t begin_ns = 0;  // compute: its start; comm: when it was started
   int64_t end_ns = 0;    // compute: its end; comm: when the collective library completed it
+  std::string phase;     // forward, backward, replay or wgrad ("" in older traces)
+  int64_t wait_ns = 0;   // comm: how long the schedule waited for its result (0: not at all)
 };
 
 // Everything one rank recorded. Parameters are in the rank's own order; expert parameters

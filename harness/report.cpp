@@ -52,6 +52,7 @@ ArmRunReport SummarizeRun(const Trace& trace, const std::string& trace_path, dou
   }
   run.all_to_all = AllToAllTimeOf(trace);
   run.throughput = ThroughputOf(trace);
+  run.all_to_all_breakdown = AllToAllBreakdownOf(trace);
   run.records_digest = RecordsDigest(trace);
   for (const IterationRecord& r : iterations) run.grad_norm.push_back(r.grad_norm);
   const RankTrace& first = trace.ranks.at(0);
@@ -123,6 +124,28 @@ nlohmann::json DifferenceJson(const Difference& d) {
   return where;
 }
 
+nlohmann::json AllToAllJson(const ArmRunReport& r) {
+  nlohmann::json j = {{"count", r.all_to_all.count},
+                      {"in_flight_seconds", r.all_to_all.in_flight_seconds},
+                      {"exposed_seconds", r.all_to_all.exposed_seconds},
+                      {"hidden_fraction", r.all_to_all.hidden_fraction()}};
+  const AllToAllBreakdown& b = r.all_to_all_breakdown;
+  if (b.shares.empty()) return j;
+  nlohmann::json shares = nlohmann::json::array();
+  for (const AllToAllShare& s : b.shares) {
+    shares.push_back({{"node", s.node},
+                      {"phase", s.phase},
+                      {"count", s.count},
+                      {"in_flight_seconds", s.in_flight_seconds},
+                      {"waited_seconds", s.waited_seconds}});
+  }
+  j["last_iteration"] = {{"exposed_seconds", b.exposed_seconds},
+                         {"waited_seconds", b.waited_seconds},
+                         {"other_exposed_seconds", b.other_exposed_seconds()},
+                         {"shares", shares}};
+  return j;
+}
+
 nlohmann::json ThroughputJson(const Throughput& t) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankThroughput& r : t.ranks) {
@@ -187,11 +210,7 @@ nlohmann::json JsonReport(const RunReport& report) {
                            {"peak_bytes_max", r.peak_bytes_max},
                            {"records_digest", r.records_digest},
                            {"memory", ranks},
-                           {"all_to_all",
-                            {{"count", r.all_to_all.count},
-                             {"in_flight_seconds", r.all_to_all.in_flight_seconds},
-                             {"exposed_seconds", r.all_to_all.exposed_seconds},
-                             {"hidden_fraction", r.all_to_all.hidden_fraction()}}}});
+                           {"all_to_all", AllToAllJson(r)}});
     }
     j["arms"][arm.name] = a;
   }

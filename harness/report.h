@@ -36,9 +36,10 @@ struct ArmRunReport {
   std::vector<int64_t> peak_bytes;   // per iteration, the largest over the ranks
   int64_t peak_bytes_max = 0;        // over iterations and ranks
   std::vector<RankMemoryReport> memory;
-  AllToAllTime all_to_all;     // over ranks and iterations but the first
-  Throughput throughput;       // counted GEMM FLOPs over step time; MFU
-  std::string records_digest;  // RecordsDigest of the run's trace
+  AllToAllTime all_to_all;                 // over ranks and iterations but the first
+  Throughput throughput;                   // counted GEMM FLOPs over step time; MFU
+  AllToAllBreakdown all_to_all_breakdown;  // the last iteration's, by node and phase
+  std::string records_digest;              // RecordsDigest of the run's trace
   // For report.html (not in report.json): per iteration, rank 0's grad norm; rank 0's memory
   // timeline of the last iteration (with --memory-timeline); each rank's schedule intervals of
   // the last iteration (arms with a schedule of nodes).

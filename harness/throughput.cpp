@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "core/trace_keys.h"
 
@@ -72,6 +74,27 @@ Throughput ThroughputOf(const Trace& trace) {
       *v /= static_cast<double>(measured);
     }
   }
+  return out;
+}
+
+AllToAllBreakdown AllToAllBreakdownOf(const Trace& trace) {
+  AllToAllBreakdown out;
+  std::map<std::pair<std::string, std::string>, AllToAllShare> shares;
+  for (const RankTrace& rank : trace.ranks) {
+    if (rank.schedule_timeline.empty() || rank.iterations.empty()) continue;
+    out.exposed_seconds += rank.iterations.back().comm_exposed_seconds;
+    for (const ScheduleInterval& e : rank.schedule_timeline) {
+      if (!e.comm || (e.node != "moe_dispatch" && e.node != "moe_combine")) continue;
+      AllToAllShare& share = shares[{e.node, e.phase}];
+      share.node = e.node;
+      share.phase = e.phase;
+      ++share.count;
+      share.in_flight_seconds += static_cast<double>(e.end_ns - e.begin_ns) * 1e-9;
+      share.waited_seconds += static_cast<double>(e.wait_ns) * 1e-9;
+      out.waited_seconds += static_cast<double>(e.wait_ns) * 1e-9;
+    }
+  }
+  for (auto& [key, share] : shares) out.shares.push_back(share);
   return out;
 }
 

@@ -1,12 +1,15 @@
 #ifndef BITPARITY_HARNESS_THROUGHPUT_H_
 #define BITPARITY_HARNESS_THROUGHPUT_H_
 
-// A run's throughput from its trace: the counted GEMM FLOPs (core/flop_count.h) per rank over its
+// A run's throughput from its trace, and where its all-to-all time goes.
+//
+// Throughput: the counted GEMM FLOPs (core/flop_count.h) per rank over its
 // step time, and MFU against the GEMM ceiling each rank measured (core/gemm_throughput.h). Model
 // FLOPs are a training step's forward and backward GEMMs; recompute replays are counted apart
 // (work the recompute chooses to redo: in the hardware rate, not in MFU), as is customary.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/trace.h"
@@ -50,6 +53,29 @@ struct Throughput {
 };
 
 Throughput ThroughputOf(const Trace& trace);
+
+// Where the all-to-all time of every rank's last iteration goes, from the schedule timeline the
+// overlap arm records: per node and phase, how many all-to-alls, how long they were in flight
+// and how long the schedule waited for them; and the rest of the iteration's exposed time
+// (staging and posting each all-to-all, the blocking exchanges of per-expert token counts),
+// which the timeline does not hold. Empty for an arm without a schedule timeline.
+struct AllToAllShare {
+  std::string node;   // moe_dispatch, moe_combine
+  std::string phase;  // forward, backward, replay
+  int64_t count = 0;
+  double in_flight_seconds = 0;
+  double waited_seconds = 0;
+};
+struct AllToAllBreakdown {
+  std::vector<AllToAllShare> shares;  // by node, then phase
+  double exposed_seconds = 0;         // the iterations' comm_exposed_seconds, over ranks
+  double waited_seconds = 0;          // the shares' waits
+  // Exposed time outside the waits: staging, posting, the count exchanges.
+  double other_exposed_seconds() const {
+    return exposed_seconds > waited_seconds ? exposed_seconds - waited_seconds : 0;
+  }
+};
+AllToAllBreakdown AllToAllBreakdownOf(const Trace& trace);
 
 }  // namespace bitparity
 

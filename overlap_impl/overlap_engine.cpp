@@ -112,8 +112,10 @@ std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState
 std::vector<ScheduleInterval> OverlapEngine::ScheduleTimeline() const {
   std::vector<ScheduleInterval> out;
   for (const TimelineEvent& e : timeline_) {
+    const int64_t wait = e.comm && e.wait_begin_ns > 0 ? e.end_ns - e.wait_begin_ns : 0;
     out.push_back({e.node, e.microbatch, e.comm ? 1 : 0, e.begin_ns,
-                   e.comm && e.completed_ns > 0 ? e.completed_ns : e.end_ns});
+                   e.comm && e.completed_ns > 0 ? e.completed_ns : e.end_ns, e.phase,
+                   std::max<int64_t>(0, wait)});
   }
   return out;
 }

@@ -37,7 +37,8 @@ TEST(TraceStorage, RoundTripsEveryRecordBitForBit) {
   Trace written = testing::MakeTrace(2, 3);
   written.ranks[1].iterations[2].loss = FloatFromBits(0x7fc00001);  // a NaN payload survives too
   written.ranks[1].replay_census = {{1, 0, 1, 2, 300, 200, 100}, {3, 1, 0, 1, 7, -8, 9}};
-  written.ranks[0].schedule_timeline = {{"attn", 0, 0, 0, 50}, {"moe_dispatch", 1, 1, 40, 90}};
+  written.ranks[0].schedule_timeline = {{"attn", 0, 0, 0, 50, "forward", 0},
+                                        {"moe_dispatch", 1, 1, 40, 90, "replay", 30}};
   WriteTrace(dir.File("t.h5"), written);
   Trace read = ReadTrace(dir.File("t.h5"));
   EXPECT_EQ(read.attribute("arm"), "reference");
@@ -53,8 +54,8 @@ TEST(TraceStorage, RoundTripsEveryRecordBitForBit) {
     for (size_t i = 0; i < a.schedule_timeline.size(); ++i) {
       const ScheduleInterval& x = a.schedule_timeline[i];
       const ScheduleInterval& y = b.schedule_timeline[i];
-      EXPECT_EQ(std::tie(x.node, x.microbatch, x.comm, x.begin_ns, x.end_ns),
-                std::tie(y.node, y.microbatch, y.comm, y.begin_ns, y.end_ns));
+      EXPECT_EQ(std::tie(x.node, x.microbatch, x.comm, x.begin_ns, x.end_ns, x.phase, x.wait_ns),
+                std::tie(y.node, y.microbatch, y.comm, y.begin_ns, y.end_ns, y.phase, y.wait_ns));
     }
     ASSERT_EQ(a.replay_census.size(), b.replay_census.size());
     for (size_t i = 0; i < a.replay_census.size(); ++i) {

@@ -228,20 +228,28 @@ std::vector<std::vector<double>> Trainer::GatherOverStages(
 namespace {
 
 // The sum of `terms` added in fp32 (as an atomic add on a device would) in the order the intra-op
-// threads take and finish them: one thread adds them in order; several race, and the order (so
-// the rounding) changes from run to run. Only the injected nondeterminism uses it.
+// threads take and finish them: one thread adds them in order; several race from a shared cursor
+// that starts wherever the clock puts the first claim (as a work-stealing pool's first steal
+// would), so the order (so the rounding) changes from run to run even when the operating system
+// runs one thread at a time. Only the injected nondeterminism uses it.
 double ThreadOrderSum(const std::vector<double>& terms) {
   const int threads = std::max(1, at::get_num_threads());
-  std::atomic<size_t> next{0};
-  std::mutex mutex;
+  const size_t count = terms.size();
   float sum = 0;
+  if (threads == 1 || count == 0) {
+    for (double term : terms) sum += static_cast<float>(term);
+    return sum;
+  }
+  const size_t first = static_cast<size_t>(SteadyNanoseconds() / 1000) % count;
+  std::atomic<size_t> claimed{0};
+  std::mutex mutex;
   auto work = [&] {
-    for (size_t i = next++; i < terms.size(); i = next++) {
+    for (size_t k = claimed++; k < count; k = claimed++) {
       // Each term costs a few microseconds of varying work, as real work would: the threads'
       // interleaving changes from one call to the next.
       std::this_thread::sleep_for(std::chrono::microseconds(SteadyNanoseconds() / 1000 % 16));
       std::lock_guard<std::mutex> lock(mutex);
-      sum += static_cast<float>(terms[i]);
+      sum += static_cast<float>(terms[(first + k) % count]);
     }
   };
   std::vector<std::thread> workers;

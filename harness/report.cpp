@@ -157,6 +157,7 @@ nlohmann::json ThroughputJson(const Throughput& t) {
                      {"model_tflops", r.model_flops_per_second() / 1e12},
                      {"hardware_tflops", r.hardware_flops_per_second() / 1e12},
                      {"ceiling_tflops", r.ceiling_flops_per_second / 1e12},
+                     {"measured_ceiling_tflops", r.measured_ceiling_flops_per_second / 1e12},
                      {"mfu", r.mfu()}});
   }
   return {{"model_tflops_per_rank", t.model_flops_per_second_per_rank() / 1e12},

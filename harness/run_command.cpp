@@ -13,8 +13,8 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <ostream>
+#include <set>
 #include <sstream>
 
 #include "core/atomic_file.h"
@@ -714,6 +714,11 @@ class RecipeRun {
       }
       report.arms.push_back(std::move(a));
     }
+    std::vector<Throughput*> throughputs;  // one MFU denominator for every arm
+    for (ArmReport& a : report.arms) {
+      for (ArmRunReport& r : a.runs) throughputs.push_back(&r.throughput);
+    }
+    ShareBestCeiling(throughputs);
     report.checks = checks_;
     std::set<std::string> mapped;
     for (size_t c = 0; c < checks_.size() && c < pairs_.size(); ++c) {

@@ -46,7 +46,7 @@ Throughput ThroughputOf(const Trace& trace) {
     r.rank = rank.rank;
     auto ceiling = rank.attributes.find(trace_keys::kGemmCeilingFlopsPerSecond);
     if (ceiling != rank.attributes.end()) {
-      r.ceiling_flops_per_second = std::strtod(ceiling->second.c_str(), nullptr);
+      r.measured_ceiling_flops_per_second = std::strtod(ceiling->second.c_str(), nullptr);
     }
     const bool skip_first = rank.iterations.size() > 1;
     for (const IterationRecord& it : rank.iterations) {
@@ -74,7 +74,22 @@ Throughput ThroughputOf(const Trace& trace) {
       *v /= static_cast<double>(measured);
     }
   }
+  ShareBestCeiling({&out});
   return out;
+}
+
+void ShareBestCeiling(const std::vector<Throughput*>& throughputs) {
+  double best = 0;
+  for (const Throughput* t : throughputs) {
+    for (const RankThroughput& r : t->ranks) {
+      best = std::max(best, r.measured_ceiling_flops_per_second);
+    }
+  }
+  for (Throughput* t : throughputs) {
+    for (RankThroughput& r : t->ranks) {
+      r.ceiling_flops_per_second = r.measured_ceiling_flops_per_second > 0 ? best : 0;
+    }
+  }
 }
 
 AllToAllBreakdown AllToAllBreakdownOf(const Trace& trace) {

@@ -4,7 +4,8 @@
 // A run's throughput from its trace, and where its all-to-all time goes.
 //
 // Throughput: the counted GEMM FLOPs (core/flop_count.h) per rank over its
-// step time, and MFU against the GEMM ceiling each rank measured (core/gemm_throughput.h). Model
+// step time, and MFU against the GEMM ceiling the ranks measured (core/gemm_throughput.h): the
+// best of their measurements, so that one denominator serves every rank and every arm. Model
 // FLOPs are a training step's forward and backward GEMMs; recompute replays are counted apart
 // (work the recompute chooses to redo: in the hardware rate, not in MFU), as is customary.
 
@@ -20,10 +21,11 @@ namespace bitparity {
 struct RankThroughput {
   int64_t rank = 0;
   int64_t iterations = 0;
-  double seconds = 0;                   // their step time, summed
-  double model_flops = 0;               // forward + backward GEMM FLOPs, summed
-  double replay_flops = 0;              // recompute replay GEMM FLOPs, summed
-  double ceiling_flops_per_second = 0;  // the rank's measured ceiling; 0 when the trace has none
+  double seconds = 0;                            // their step time, summed
+  double model_flops = 0;                        // forward + backward GEMM FLOPs, summed
+  double replay_flops = 0;                       // recompute replay GEMM FLOPs, summed
+  double measured_ceiling_flops_per_second = 0;  // the rank's own figure; 0 when it has none
+  double ceiling_flops_per_second = 0;           // the one MFU is against (ShareBestCeiling)
 
   double model_flops_per_second() const { return seconds > 0 ? model_flops / seconds : 0; }
   // Model and replay FLOPs per second: what the hardware did.
@@ -52,7 +54,15 @@ struct Throughput {
   double mfu() const;
 };
 
+// Every rank's figures; the ceiling is the best its ranks measured.
 Throughput ThroughputOf(const Trace& trace);
+
+// Sets every rank's ceiling to the best any rank of `throughputs` measured (the runs of one
+// invocation, on one kind of device). A rank measures while other processes start or run on
+// shared cores, and a figure can come out well below what the machine does; a maximum is robust
+// to that, and one denominator makes the arms' MFU compare as their throughput does. A rank
+// without a measured ceiling keeps none.
+void ShareBestCeiling(const std::vector<Throughput*>& throughputs);
 
 // Where the all-to-all time of every rank's last iteration goes, from the schedule timeline the
 // overlap arm records: per node and phase, how many all-to-alls, how long they were in flight

@@ -4,13 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "core/trace_keys.h"
 #include "tests/support/trace_builder.h"
 
 namespace bitparity {
 namespace {
 
-TEST(Throughput, ModelFlopsOverStepTimeAgainstEachRanksCeiling) {
+TEST(Throughput, ModelFlopsOverStepTimeAgainstTheBestCeilingTheRanksMeasured) {
   Trace trace = testing::MakeTrace(2, 3);  // 0.5 s per step
   for (RankTrace& rank : trace.ranks) {
     rank.attributes[trace_keys::kGemmCeilingFlopsPerSecond] = rank.rank == 0 ? "1e12" : "2e12";
@@ -26,13 +28,37 @@ TEST(Throughput, ModelFlopsOverStepTimeAgainstEachRanksCeiling) {
   EXPECT_EQ(t.ranks[0].iterations, 2);
   EXPECT_DOUBLE_EQ(t.ranks[0].model_flops_per_second(), 600e9);
   EXPECT_DOUBLE_EQ(t.ranks[0].hardware_flops_per_second(), 700e9);
-  EXPECT_DOUBLE_EQ(t.ranks[0].mfu(), 0.6);
+  EXPECT_DOUBLE_EQ(t.ranks[0].measured_ceiling_flops_per_second, 1e12);
+  EXPECT_DOUBLE_EQ(t.ranks[0].ceiling_flops_per_second, 2e12);  // rank 1's figure is the best
+  EXPECT_DOUBLE_EQ(t.ranks[0].mfu(), 0.3);
   EXPECT_DOUBLE_EQ(t.ranks[1].mfu(), 0.3);
-  EXPECT_DOUBLE_EQ(t.mfu(), 1200e9 / 3e12);  // every rank's work over every rank's ceiling
+  EXPECT_DOUBLE_EQ(t.mfu(), 1200e9 / 4e12);  // every rank's work over every rank's ceiling
   EXPECT_DOUBLE_EQ(t.forward_flops, 200e9);  // per iteration, over ranks
   EXPECT_DOUBLE_EQ(t.replay_flops, 50e9);
   trace.ranks[1].attributes.erase(trace_keys::kGemmCeilingFlopsPerSecond);
   EXPECT_EQ(ThroughputOf(trace).mfu(), 0) << "no MFU without every rank's ceiling";
+}
+
+TEST(Throughput, EveryRunOfAnInvocationSharesTheBestCeiling) {
+  // Two arms with the same work and time: a rank that measured a low ceiling while another
+  // process ran must not make its arm's MFU look higher.
+  std::vector<Throughput> runs;
+  for (const char* ceiling : {"1.2e12", "2e12"}) {
+    Trace trace = testing::MakeTrace(2, 2);
+    for (RankTrace& rank : trace.ranks) {
+      rank.attributes[trace_keys::kGemmCeilingFlopsPerSecond] = ceiling;
+      for (IterationRecord& it : rank.iterations) it.gemm_flops_forward = 500'000'000'000;
+    }
+    runs.push_back(ThroughputOf(trace));
+  }
+  EXPECT_GT(runs[0].mfu(), runs[1].mfu()) << "before sharing, the low measurement flatters";
+  ShareBestCeiling({&runs[0], &runs[1]});
+  EXPECT_DOUBLE_EQ(runs[0].mfu(), runs[1].mfu());
+  EXPECT_DOUBLE_EQ(runs[0].ranks[0].ceiling_flops_per_second, 2e12);
+  EXPECT_DOUBLE_EQ(runs[0].ranks[0].measured_ceiling_flops_per_second, 1.2e12);
+  runs[1].ranks[1].measured_ceiling_flops_per_second = 0;  // a rank without a figure has none
+  ShareBestCeiling({&runs[0], &runs[1]});
+  EXPECT_EQ(runs[1].mfu(), 0);
 }
 
 TEST(AllToAllBreakdown, WaitsByNodeAndPhaseAndTheRestOfTheExposedTime) {

@@ -478,6 +478,18 @@ at::Tensor Communicator::AllToAll(const at::Tensor& input, const std::vector<int
   return StartAllToAll(input, send_splits, recv_splits).Wait();
 }
 
+std::vector<int64_t> Communicator::ExchangeCounts(const std::vector<int64_t>& counts,
+                                                  int64_t per_rank) {
+  const int64_t begin = SteadyNanoseconds();
+  const std::vector<int64_t> splits(static_cast<size_t>(world_size_), per_rank);
+  const at::Tensor received =
+      AllToAll(at::tensor(counts, at::kLong), splits, splits).to(at::kCPU).contiguous();
+  stats_.count_exchange_seconds += (SteadyNanoseconds() - begin) * 1e-9;
+  ++stats_.count_exchanges;
+  return std::vector<int64_t>(received.data_ptr<int64_t>(),
+                              received.data_ptr<int64_t>() + received.numel());
+}
+
 std::vector<at::Tensor> Communicator::AllGather(const at::Tensor& tensor) {
   if (!group_) return {tensor.clone()};
   const bool gloo = transport_ != Transport::kNccl;

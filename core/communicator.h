@@ -51,9 +51,13 @@ struct TransferStats {
   double exposed_seconds = 0;
 };
 
+// Of the exposed time, the blocking exchanges of per-expert token counts (ExchangeCounts): host
+// wall time from the call to the counts' arrival, mostly waiting for the slowest rank to route.
 struct CommStats {
   double in_flight_seconds = 0, exposed_seconds = 0;
   int64_t count = 0;
+  double count_exchange_seconds = 0;
+  int64_t count_exchanges = 0;
   TransferStats p2p;
 };
 
@@ -153,6 +157,9 @@ class Communicator {
                                 const std::vector<int64_t>& recv_splits);
   at::Tensor AllToAll(const at::Tensor& input, const std::vector<int64_t>& send_splits,
                       const std::vector<int64_t>& recv_splits);
+  // A blocking all-to-all of routing counts: counts[j] goes to rank j / per_rank; returns the
+  // world_size * per_rank counts that arrived, in rank order. Timed apart in stats().
+  std::vector<int64_t> ExchangeCounts(const std::vector<int64_t>& counts, int64_t per_rank);
 
   // Point-to-point: starts sending `tensor` to rank `peer` of this group under `tag`, or receiving
   // a tensor of `shape` and `dtype` from `peer` under `tag`. A receive matches the send of the

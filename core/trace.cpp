@@ -132,6 +132,7 @@ constexpr IterationColumn kIterationColumns[] = {
     {"step_seconds", &IterationRecord::step_seconds, false},
     {"comm_seconds", &IterationRecord::comm_seconds, true},
     {"comm_exposed_seconds", &IterationRecord::comm_exposed_seconds, true},
+    {"comm_count_exchange_seconds", &IterationRecord::comm_count_exchange_seconds, true},
     {"record_seconds", &IterationRecord::record_seconds, true},
     {"comm_count", &IterationRecord::comm_count, true},
     {"p2p_count", &IterationRecord::p2p_count, true},

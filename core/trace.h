@@ -32,12 +32,13 @@ struct IterationRecord {
   int64_t end_bytes = 0;    // live CPU tensor bytes at the end of the iteration
   double step_seconds = 0;  // wall time (reported, not gated)
   double comm_seconds = 0;  // all-to-alls in flight, summed (reported)
-  double comm_exposed_seconds = 0;  // of which the rank posted or waited for them (reported)
-  int64_t comm_count = 0;           // all-to-alls completed (reported)
-  int64_t p2p_count = 0;            // pipeline point-to-point transfers (reported)
-  int64_t p2p_bytes = 0;            // their bytes (reported)
-  double p2p_exposed_seconds = 0;   // time spent waiting for them (reported)
-  double record_seconds = 0;        // spent on digests and dumps for the trace (reported)
+  double comm_exposed_seconds = 0;         // of which the rank posted or waited for them (reported)
+  double comm_count_exchange_seconds = 0;  // of which token-count exchanges (reported)
+  int64_t comm_count = 0;                  // all-to-alls completed (reported)
+  int64_t p2p_count = 0;                   // pipeline point-to-point transfers (reported)
+  int64_t p2p_bytes = 0;                   // their bytes (reported)
+  double p2p_exposed_seconds = 0;          // time spent waiting for them (reported)
+  double record_seconds = 0;               // spent on digests and dumps for the trace (reported)
   // Counted GEMM FLOPs of this rank (core/flop_count.h; reported): by pass, and by category over
   // every pass.
   int64_t gemm_flops_forward = 0;

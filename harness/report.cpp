@@ -141,6 +141,7 @@ nlohmann::json AllToAllJson(const ArmRunReport& r) {
   }
   j["last_iteration"] = {{"exposed_seconds", b.exposed_seconds},
                          {"waited_seconds", b.waited_seconds},
+                         {"count_exchange_seconds", b.count_exchange_seconds},
                          {"other_exposed_seconds", b.other_exposed_seconds()},
                          {"shares", shares}};
   return j;

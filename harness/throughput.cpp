@@ -98,6 +98,7 @@ AllToAllBreakdown AllToAllBreakdownOf(const Trace& trace) {
   for (const RankTrace& rank : trace.ranks) {
     if (rank.schedule_timeline.empty() || rank.iterations.empty()) continue;
     out.exposed_seconds += rank.iterations.back().comm_exposed_seconds;
+    out.count_exchange_seconds += rank.iterations.back().comm_count_exchange_seconds;
     for (const ScheduleInterval& e : rank.schedule_timeline) {
       if (!e.comm || (e.node != "moe_dispatch" && e.node != "moe_combine")) continue;
       AllToAllShare& share = shares[{e.node, e.phase}];

@@ -66,9 +66,9 @@ void ShareBestCeiling(const std::vector<Throughput*>& throughputs);
 
 // Where the all-to-all time of every rank's last iteration goes, from the schedule timeline the
 // overlap arm records: per node and phase, how many all-to-alls, how long they were in flight
-// and how long the schedule waited for them; and the rest of the iteration's exposed time
-// (staging and posting each all-to-all, the blocking exchanges of per-expert token counts),
-// which the timeline does not hold. Empty for an arm without a schedule timeline.
+// and how long the schedule waited for them; the blocking exchanges of per-expert token counts
+// (the trace's comm_count_exchange_seconds); and the rest of the iteration's exposed time
+// (staging and posting each all-to-all). Empty for an arm without a schedule timeline.
 struct AllToAllShare {
   std::string node;   // moe_dispatch, moe_combine
   std::string phase;  // forward, backward, replay
@@ -80,9 +80,11 @@ struct AllToAllBreakdown {
   std::vector<AllToAllShare> shares;  // by node, then phase
   double exposed_seconds = 0;         // the iterations' comm_exposed_seconds, over ranks
   double waited_seconds = 0;          // the shares' waits
-  // Exposed time outside the waits: staging, posting, the count exchanges.
+  double count_exchange_seconds = 0;  // the blocking token-count exchanges, over ranks
+  // Exposed time outside the waits and the count exchanges: staging and posting.
   double other_exposed_seconds() const {
-    return exposed_seconds > waited_seconds ? exposed_seconds - waited_seconds : 0;
+    const double known = waited_seconds + count_exchange_seconds;
+    return exposed_seconds > known ? exposed_seconds - known : 0;
   }
 };
 AllToAllBreakdown AllToAllBreakdownOf(const Trace& trace);

@@ -39,16 +39,6 @@ class AllToAllFunction : public torch::autograd::Function<AllToAllFunction> {
   }
 };
 
-// Exchanges per-destination counts: counts[j] goes to rank j / per_rank; returns what arrived.
-std::vector<int64_t> ExchangeCounts(const std::vector<int64_t>& counts, int64_t per_rank,
-                                    Communicator& comm) {
-  const int64_t world = comm.world_size();
-  std::vector<int64_t> splits(static_cast<size_t>(world), per_rank);
-  at::Tensor received = comm.AllToAll(IndexTensor(counts, at::kCPU), splits, splits);
-  return std::vector<int64_t>(received.data_ptr<int64_t>(),
-                              received.data_ptr<int64_t>() + received.numel());
-}
-
 // Applies expert i of `weights` to consecutive row blocks of `rows` with `counts[i]` rows each.
 at::Tensor ApplyExpertsToBlocks(const at::Tensor& rows, const at::Tensor& probs,
                                 const std::vector<int64_t>& counts, const MoeWeights& weights,
@@ -140,7 +130,7 @@ DispatchPayload PermuteTokens(const at::Tensor& hidden, const RouterResult& rout
       plan->send_splits.push_back(std::accumulate(
           per_expert.begin() + r * local, per_expert.begin() + (r + 1) * local, int64_t{0}));
     }
-    plan->received_per_rank_expert = ExchangeCounts(per_expert, local, comm);
+    plan->received_per_rank_expert = comm.ExchangeCounts(per_expert, local);
     for (int64_t r = 0; r < ep; ++r) {
       auto first = plan->received_per_rank_expert.begin() + r * local;
       plan->recv_splits.push_back(std::accumulate(first, first + local, int64_t{0}));
@@ -173,7 +163,7 @@ DispatchPayload PermuteTokens(const at::Tensor& hidden, const RouterResult& rout
       plan->send_splits.push_back(rows);
     }
     plan->source_token = IndexTensor(source, device);
-    plan->recv_splits = ExchangeCounts(plan->send_splits, 1, comm);
+    plan->recv_splits = comm.ExchangeCounts(plan->send_splits, 1);
     // Dense per-expert probabilities of each token, regrouped per (token, rank).
     at::Tensor dense = at::zeros({T, E}, routing.topk_probs.options())
                            .scatter(1, routing.topk_experts, routing.topk_probs);

@@ -376,6 +376,7 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   record.gemm_flops_other = flops.of(GemmCategory::kOther);
   record.comm_seconds = ep_comm_->stats().in_flight_seconds;
   record.comm_exposed_seconds = ep_comm_->stats().exposed_seconds;
+  record.comm_count_exchange_seconds = ep_comm_->stats().count_exchange_seconds;
   record.comm_count = ep_comm_->stats().count;
   if (pp_comm_) {
     record.p2p_count = pp_comm_->stats().p2p.count;

@@ -61,10 +61,12 @@ TEST(Throughput, EveryRunOfAnInvocationSharesTheBestCeiling) {
   EXPECT_EQ(runs[1].mfu(), 0);
 }
 
-TEST(AllToAllBreakdown, WaitsByNodeAndPhaseAndTheRestOfTheExposedTime) {
+TEST(AllToAllBreakdown, WaitsByNodeAndPhaseCountExchangesAndTheRestOfTheExposedTime) {
   Trace trace = testing::MakeTrace(2, 2);
   for (RankTrace& rank : trace.ranks) {
     rank.iterations.back().comm_exposed_seconds = 0.010;
+    rank.iterations.back().comm_count_exchange_seconds = 0.0015;
+    rank.iterations.front().comm_count_exchange_seconds = 1;  // only the last iteration counts
     rank.schedule_timeline = {
         {"attn", 0, 0, 0, 5'000'000, "forward", 0},
         {"moe_dispatch", 0, 1, 1'000'000, 3'000'000, "forward", 1'000'000},
@@ -83,7 +85,8 @@ TEST(AllToAllBreakdown, WaitsByNodeAndPhaseAndTheRestOfTheExposedTime) {
   EXPECT_DOUBLE_EQ(b.shares[2].waited_seconds, 0.004);
   EXPECT_DOUBLE_EQ(b.exposed_seconds, 0.020);
   EXPECT_DOUBLE_EQ(b.waited_seconds, 0.008);
-  EXPECT_DOUBLE_EQ(b.other_exposed_seconds(), 0.012);
+  EXPECT_DOUBLE_EQ(b.count_exchange_seconds, 0.003);
+  EXPECT_DOUBLE_EQ(b.other_exposed_seconds(), 0.009);
   EXPECT_TRUE(AllToAllBreakdownOf(testing::MakeTrace(2, 2)).shares.empty());
 }
 

@@ -194,5 +194,31 @@ TEST(TokenDispatch, FlexSendsFewerRowsWhenExpertsShareARank) {
   EXPECT_EQ(rows[1], kTokens);
 }
 
+TEST(TokenDispatch, EachDispatchExchangesItsCountsOnceAndTheTimeIsCountedApart) {
+  // Rank r sends count 10 * r + j to rank j (two counts a rank): what arrives at rank j is the
+  // column j of every rank, in rank order; every exchange is counted and timed in stats().
+  std::vector<std::vector<int64_t>> received(2);
+  std::vector<CommStats> stats(2);
+  testing::RunOnThreadWorld(2, [&](int64_t rank, Communicator& comm) {
+    comm.ResetStats();
+    received[rank] = comm.ExchangeCounts({10 * rank, 10 * rank + 1, 10 * rank + 2, 10 * rank + 3},
+                                         /*per_rank=*/2);
+    ParallelLayout layout = ParallelLayout::Make(rank, 2, 2, 4);
+    RouterResult routing{at::zeros({kTokens, 2}, at::kLong), at::full({kTokens, 2}, 0.5),
+                         at::zeros({})};
+    std::shared_ptr<const RoutingPlan> plan;
+    PermuteTokens(at::ones({kTokens, kHidden}), routing, layout, Dispatcher::kAllToAll, comm,
+                  &plan);
+    stats[rank] = comm.stats();
+  });
+  EXPECT_EQ(received[0], (std::vector<int64_t>{0, 1, 10, 11}));
+  EXPECT_EQ(received[1], (std::vector<int64_t>{2, 3, 12, 13}));
+  for (const CommStats& s : stats) {
+    EXPECT_EQ(s.count_exchanges, 2);
+    EXPECT_GT(s.count_exchange_seconds, 0);
+    EXPECT_LE(s.count_exchange_seconds, s.exposed_seconds + 1e-3);
+  }
+}
+
 }  // namespace
 }  // namespace bitparity

@@ -605,6 +605,16 @@ class RecipeRun {
     if (!options_.attribution) return;
     for (CheckResult& check : checks_) {
       if (check.kind != CheckKind::kReproduces || check.verdict != Verdict::kFail) continue;
+      // A developer switch that changes one run is the difference: nothing to attribute.
+      const auto perturbed =
+          std::find_if(perturbations_.begin(), perturbations_.end(),
+                       [&](const Perturbation& p) { return p.arm == check.arm && p.run != 0; });
+      if (perturbed != perturbations_.end()) {
+        check.details += "attribution: not run: run " + std::to_string(perturbed->run) + " of " +
+                         check.arm + " carries --perturb " + perturbed->spec +
+                         ", which is the difference\n";
+        continue;
+      }
       Attribution a;
       a.arm = check.arm;
       const int64_t first =

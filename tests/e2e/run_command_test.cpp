@@ -171,6 +171,17 @@ TEST_F(SmallRecipeTest, OneUlpInOneRunFailsSelfReproductionAtThatElement) {
       << message;
   EXPECT_NE(message.find("first differing element 17 [0, 17]"), std::string::npos) << message;
   EXPECT_NE(message.find("(1 ulp)"), std::string::npos) << message;
+  // The switch is the difference: no reruns to attribute it.
+  const nlohmann::json report =
+      nlohmann::json::parse(testing::ReadFile(dir_.File("perturbed/report.json")));
+  for (const nlohmann::json& c : report["checks"]) {
+    if (c["name"] != "overlap reproduces itself") continue;
+    const std::string details = c["details"];
+    EXPECT_NE(details.find("attribution: not run: run 2 of overlap carries --perturb"),
+              std::string::npos)
+        << details;
+    EXPECT_FALSE(c["figures"].contains("attribution")) << c.dump(2);
+  }
   EXPECT_EQ(junit->cases["reference reproduces itself"].first, "pass");
   EXPECT_EQ(junit->cases["overlap vs reference: loss"].first, "pass");
 }

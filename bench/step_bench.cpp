@@ -2,12 +2,13 @@
 // (EP 2) through the launcher, on the CPU or (BITPARITY_BENCH_DEVICE=cuda) on GPUs. One
 // benchmark iteration is one run of the arm: several training iterations, the first a warm-up,
 // timed as the median step of the rest. Each BM_Step reports model TFLOP/s per rank and MFU
-// (counted GEMM FLOPs over the step, against the GEMM ceiling each rank measured), the fraction
-// of all-to-all time hidden under compute, the peak memory and the harness's own overhead
+// (counted GEMM FLOPs over the step, against the best GEMM ceiling its ranks measured), the
+// fraction of all-to-all time hidden under compute, the peak memory and the harness's own overhead
 // (digests and dumps for the trace) as a fraction of the step. BM_StepRatio runs an arm and its
-// baseline back to back within each repetition and reports the throughput ratio arm / baseline;
-// with --benchmark_repetitions Google Benchmark adds the median, mean, stddev and cv of every
-// figure over the repetitions.
+// baseline back to back within each repetition and reports the throughput ratio arm / baseline
+// and the baseline's TFLOP/s and MFU (both runs against the best ceiling either measured); with
+// --benchmark_repetitions Google Benchmark adds the median, mean, stddev and cv of every figure
+// over the repetitions.
 //
 //   build/bitparity_bench --benchmark_filter=BM_Step --benchmark_repetitions=5
 //       --benchmark_out=bench.json --benchmark_out_format=json   (one command line)
@@ -44,8 +45,20 @@ struct StepFigures {
   double tflops_per_rank = 0;           // model GEMM FLOPs per second per rank, over iterations 2..
   double hardware_tflops_per_rank = 0;  // with recompute replays
   double mfu = 0;
-  double ceiling_tflops = 0;  // the ranks' measured GEMM ceiling (mean)
+  double ceiling_tflops = 0;  // the GEMM ceiling the MFU is against (the best measured)
+  Throughput throughput;      // what the rates come from
 };
+
+// Sets the rates of `f` from its throughput (after ShareBestCeiling, where several runs share).
+void SetRates(StepFigures* f) {
+  f->tflops_per_rank = f->throughput.model_flops_per_second_per_rank() / 1e12;
+  f->hardware_tflops_per_rank = f->throughput.hardware_flops_per_second_per_rank() / 1e12;
+  f->mfu = f->throughput.mfu();
+  f->ceiling_tflops = 0;
+  for (const RankThroughput& r : f->throughput.ranks) {
+    f->ceiling_tflops = std::max(f->ceiling_tflops, r.ceiling_flops_per_second / 1e12);
+  }
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -108,13 +121,8 @@ StepFigures RunArm(const std::string& source_recipe, const std::string& arm, boo
   f.record_fraction = Median(record);
   f.hidden_fraction = AllToAllTimeOf(trace).hidden_fraction();
   f.peak_mib = peak / 1048576.0;
-  const Throughput throughput = ThroughputOf(trace);
-  f.tflops_per_rank = throughput.model_flops_per_second_per_rank() / 1e12;
-  f.hardware_tflops_per_rank = throughput.hardware_flops_per_second_per_rank() / 1e12;
-  f.mfu = throughput.mfu();
-  for (const RankThroughput& r : throughput.ranks) {
-    f.ceiling_tflops += r.ceiling_flops_per_second / 1e12 / throughput.ranks.size();
-  }
+  f.throughput = ThroughputOf(trace);
+  SetRates(&f);
   return f;
 }
 
@@ -176,11 +184,16 @@ void RegisterRecipe(const std::string& name) {
             }
             state.SetIterationTime(f.step_seconds);
           }
+          ShareBestCeiling({&base.throughput, &f.throughput});  // one denominator for both
+          SetRates(&base);
+          SetRates(&f);
           SetStepCounters(state, f);
           // Above 1: the arm trains faster than its baseline.
           state.counters["throughput_ratio"] =
               f.step_seconds > 0 ? base.step_seconds / f.step_seconds : 0;
           state.counters["baseline_step_ms"] = base.step_seconds * 1e3;
+          state.counters["baseline_tflops_per_rank"] = base.tflops_per_rank;
+          state.counters["baseline_mfu"] = base.mfu;
         })
         ->Iterations(1)
         ->UseManualTime()

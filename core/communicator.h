@@ -51,11 +51,12 @@ struct TransferStats {
   double exposed_seconds = 0;
 };
 
-// Of the exposed time, the blocking exchanges of per-expert token counts (ExchangeCounts): host
-// wall time from the call to the counts' arrival, mostly waiting for the slowest rank to route.
 struct CommStats {
   double in_flight_seconds = 0, exposed_seconds = 0;
   int64_t count = 0;
+  // Of the exposed time, the blocking exchanges of per-expert token counts (ExchangeCounts): host
+  // wall time from the call to the counts' arrival, mostly waiting for the slowest rank to route;
+  // and how many there were.
   double count_exchange_seconds = 0;
   int64_t count_exchanges = 0;
   TransferStats p2p;

@@ -374,14 +374,17 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   record.gemm_flops_expert = flops.of(GemmCategory::kExpert);
   record.gemm_flops_head = flops.of(GemmCategory::kHead);
   record.gemm_flops_other = flops.of(GemmCategory::kOther);
-  record.comm_seconds = ep_comm_->stats().in_flight_seconds;
-  record.comm_exposed_seconds = ep_comm_->stats().exposed_seconds;
-  record.comm_count_exchange_seconds = ep_comm_->stats().count_exchange_seconds;
-  record.comm_count = ep_comm_->stats().count;
+  // stats() merges the iteration's intervals (on GPUs, waits for their events): once each.
+  const CommStats& comm = ep_comm_->stats();
+  record.comm_seconds = comm.in_flight_seconds;
+  record.comm_exposed_seconds = comm.exposed_seconds;
+  record.comm_count_exchange_seconds = comm.count_exchange_seconds;
+  record.comm_count = comm.count;
   if (pp_comm_) {
-    record.p2p_count = pp_comm_->stats().p2p.count;
-    record.p2p_bytes = pp_comm_->stats().p2p.bytes;
-    record.p2p_exposed_seconds = pp_comm_->stats().p2p.exposed_seconds;
+    const TransferStats& p2p = pp_comm_->stats().p2p;
+    record.p2p_count = p2p.count;
+    record.p2p_bytes = p2p.bytes;
+    record.p2p_exposed_seconds = p2p.exposed_seconds;
   }
   auto record_start = std::chrono::steady_clock::now();
   for (const Parameter& p : params.all()) {

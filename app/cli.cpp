@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <sstream>
 
+#include "core/cpu_isa.h"
 #include "core/cuda_support.h"
 #include "core/determinism.h"
 #include "core/errors.h"
@@ -26,6 +29,7 @@
 #include "harness/resources.h"
 #include "harness/run_command.h"
 #include "harness/trace_compare.h"
+#include "harness/trace_explain.h"
 #include "runtime/plan_command.h"
 #include "runtime/worker.h"
 
@@ -46,17 +50,40 @@ std::string RecomputeText(const RecomputeConfig& r) {
          std::to_string(r.num_layers);
 }
 
+// One line per CPU level: what it pins, how bf16 GEMMs run, and whether this host runs it.
+void PrintCpuLevels(const std::set<std::string>& flags) {
+  std::cout << "CPU levels:  [parallel] cpu_isa (default " << ToString(ParallelConfig().cpu_isa)
+            << ") pins, in every rank:\n";
+  for (const EnumName<CpuIsa>& level : kCpuIsaNames) {
+    const CpuIsaPin& pin = PinOf(level.value);
+    const std::vector<std::string> missing = MissingCpuFlags(level.value, flags);
+    std::string lacks;
+    for (const std::string& f : missing) lacks += (lacks.empty() ? "" : " ") + f;
+    std::cout << "  " << std::left << std::setw(8) << level.name << std::right
+              << " ATEN_CPU_CAPABILITY="
+              << (pin.aten_cpu_capability ? pin.aten_cpu_capability : "(host's best)")
+              << " ONEDNN_MAX_CPU_ISA="
+              << (pin.onednn_max_cpu_isa ? pin.onednn_max_cpu_isa : "(host's best)")
+              << " MKL_CBWR=" << pin.mkl_cbwr << "; bf16 GEMMs "
+              << (pin.bf16_gemm == GemmPath::kNative ? "oneDNN's own"
+                                                     : "as fp32 GEMMs (fp32 accumulation)")
+              << (missing.empty() ? "" : "; not on this host (lacks " + lacks + ")") << "\n";
+  }
+}
+
 // What this build is and what this machine gives it: the facts that decide a run's bits and
-// whether the GPU path can run here.
+// whether the GPU path can run here. Reads the process as it is: pins nothing.
 int Info() {
-  PinEnvironment("cpu");
   const std::map<std::string, std::string> p = CollectProvenance();
+  const std::set<std::string> flags = HostCpuFlags();
   std::cout << "bitparity " << p.at("git_revision") << " (" << p.at("compiler") << ")\n"
             << "LibTorch:    " << p.at("libtorch_version") << " (" << p.at("libtorch_library")
             << ")\n"
-            << "BLAS:        " << p.at("blas") << ", MKL_CBWR=" << p.at("mkl_cbwr")
-            << " (pinned); oneDNN " << p.at("onednn") << "\n"
-            << "CPU:         " << p.at("cpu_model") << " [" << p.at("cpu_flags") << "]\n";
+            << "BLAS:        " << p.at("blas") << "; oneDNN " << p.at("onednn_version") << "\n"
+            << "CPU:         " << p.at("cpu_model") << " (" << p.at("cpu_vendor") << ") ["
+            << RelevantCpuFlags(flags)
+            << "]; ATen's kernels unpinned: " << p.at("aten_cpu_capability") << "\n";
+  PrintCpuLevels(flags);
   if (!cuda::Compiled()) {
     std::cout << "GPU path:    not built (LibTorch without CUDA, or -DBITPARITY_CUDA=OFF)\n";
     return kExitPass;
@@ -226,9 +253,15 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
   return kExitPass;
 }
 
-int Diff(const std::string& path_a, const std::string& path_b, int64_t show) {
+int Diff(const std::string& path_a, const std::string& path_b, int64_t show, bool explain) {
   Trace a = ReadTraceIsolated(path_a);
   Trace b = ReadTraceIsolated(path_b);
+  if (explain) {
+    const TraceExplanation e = ExplainTraces(a, b);
+    std::printf("%s%s", e.records.identical ? "identical\n" : "DIFFERENT\n",
+                e.Describe("A", "B").c_str());
+    return e.records.identical ? kExitPass : kExitCheckFailed;
+  }
   CompareScope scope;
   scope.keep = std::max<int64_t>(1, show);
   TraceComparison c = CompareTraces(a, b, scope);
@@ -372,6 +405,10 @@ int RunCli(int argc, char** argv) {
                 "Write the baseline's trace as the golden for this machine's fingerprint, only "
                 "if every other check passes");
   run->add_flag("--no-golden", run_options.no_golden, "Skip the golden check");
+  run->add_flag("--require-golden", run_options.require_golden,
+                "Fail the golden check when the store holds goldens of this recipe but none for "
+                "this machine's fingerprint (CI: ci/gate passes it); without it that is a skip, "
+                "with what differs from the nearest golden explained");
   run->add_option("--localize-runs", run_options.localize_runs,
                   "Most reruns spent on naming the first differing element (default 4)")
       ->check(CLI::Range(0, 100));
@@ -410,6 +447,9 @@ int RunCli(int argc, char** argv) {
   matrix->add_flag("--quiet", matrix_options.quiet, "Do not print the details of failed cells");
   matrix->add_flag("--probes", matrix_options.probes,
                    "Record node probes in every cell's traces (see `run --probes`)");
+  matrix->add_flag("--require-golden", matrix_options.require_golden,
+                   "Every cell fails its golden check when only goldens of other fingerprints "
+                   "exist (see `run --require-golden`)");
   matrix->footer(kExitCodesHelp);
 
   std::string validate_recipe;
@@ -448,6 +488,11 @@ int RunCli(int argc, char** argv) {
       "diff", "Compare two traces record by record and name the first difference");
   diff->add_option("A", diff_a, "First trace (.h5)")->required();
   diff->add_option("B", diff_b, "Second trace (.h5)")->required();
+  bool diff_explain = false;
+  diff->add_flag("--explain", diff_explain,
+                 "Explain the difference of traces from different machines or CPU levels: the "
+                 "fingerprint fields that differ, the first divergent iteration and record with "
+                 "its ULP distance, and with node probes in both the first divergent operation");
   diff->add_option("--show", diff_show, "How many differences to list (default 1: the first)")
       ->check(CLI::Range(1, 1000000));
   diff->footer("Exit codes: 0 bit-identical, 1 different, 2 unreadable or invalid trace.");
@@ -534,7 +579,7 @@ int RunCli(int argc, char** argv) {
           const InterruptScope interrupts;
           return RunArm(arm_options, JoinArgs(argc, argv));
         }
-        if (*diff) return Diff(diff_a, diff_b, diff_show);
+        if (*diff) return Diff(diff_a, diff_b, diff_show, diff_explain);
         if (*merge) return Merge(merge_dir, merge_out);
         if (*timeline) {
           return Timeline(timeline_trace, timeline_rank, timeline_iteration, timeline_csv);

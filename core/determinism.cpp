@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -13,13 +14,30 @@ namespace bitparity {
 namespace {
 
 std::atomic<bool> g_environment_pinned{false};
+std::atomic<CpuIsa> g_pinned_isa{CpuIsa::kAvx2};
 
-const std::vector<EnvironmentSetting> kCpuSettings = {
-    // MKL's strict conditional-numerical-reproducibility mode on the CPU's own code branch:
-    // fp32 GEMM bits independent of thread count and operand alignment (measured on this LibTorch:
-    // MKL_CBWR=AUTO changes GEMM bits between 1 and 2 threads, AUTO,STRICT does not).
-    {"MKL_CBWR", "AUTO,STRICT", true,
-     "MKL's strict reproducibility mode; fp32 GEMM bits depend on it"},
+// The level's variables (core/cpu_isa.h): the kernels of ATen, oneDNN and MKL, each pinned to
+// the same instruction-set level; a library the level leaves unpinned (native) is not listed.
+std::vector<EnvironmentSetting> CpuIsaSettings(CpuIsa isa) {
+  const CpuIsaPin& pin = PinOf(isa);
+  std::vector<EnvironmentSetting> settings;
+  if (pin.aten_cpu_capability != nullptr) {
+    settings.push_back({"ATEN_CPU_CAPABILITY", pin.aten_cpu_capability, true,
+                        "ATen's CPU kernels at the recipe's [parallel] cpu_isa; their bits "
+                        "depend on it"});
+  }
+  if (pin.onednn_max_cpu_isa != nullptr) {
+    settings.push_back({"ONEDNN_MAX_CPU_ISA", pin.onednn_max_cpu_isa, true,
+                        "oneDNN's kernels at the recipe's [parallel] cpu_isa; their bits depend "
+                        "on it"});
+  }
+  settings.push_back({"MKL_CBWR", pin.mkl_cbwr, true,
+                      "MKL's reproducibility branch at the recipe's [parallel] cpu_isa; fp32 GEMM "
+                      "bits depend on it"});
+  return settings;
+}
+
+const std::vector<EnvironmentSetting> kProcessSettings = {
     // c10d's flight recorder captures a stack trace for every collective and updates a
     // process-wide map without its lock, which crashes when several ranks share one process
     // (the in-process test worlds). bitparity's own traces name failing collectives.
@@ -27,7 +45,6 @@ const std::vector<EnvironmentSetting> kCpuSettings = {
 };
 
 const std::vector<EnvironmentSetting> kCudaSettings = [] {
-  std::vector<EnvironmentSetting> settings = kCpuSettings;
   const std::vector<EnvironmentSetting> cuda = {
       // cuBLAS picks reduction splits by workspace size; a fixed workspace keeps them fixed
       // (required by deterministic algorithms on CUDA >= 10.2).
@@ -39,31 +56,53 @@ const std::vector<EnvironmentSetting> kCudaSettings = [] {
       {"NCCL_MIN_NCHANNELS", "16", true, "NCCL channel count; reduction order depends on it"},
       {"NCCL_MAX_NCHANNELS", "16", true, "NCCL channel count; reduction order depends on it"},
   };
-  settings.insert(settings.end(), cuda.begin(), cuda.end());
-  return settings;
+  return cuda;
 }();
 
 }  // namespace
 
-const std::vector<EnvironmentSetting>& EnvironmentSettings(const std::string& device) {
-  return device == "cuda" ? kCudaSettings : kCpuSettings;
+std::vector<EnvironmentSetting> EnvironmentSettings(const std::string& device, CpuIsa isa) {
+  std::vector<EnvironmentSetting> settings = CpuIsaSettings(isa);
+  settings.insert(settings.end(), kProcessSettings.begin(), kProcessSettings.end());
+  if (device == "cuda") settings.insert(settings.end(), kCudaSettings.begin(), kCudaSettings.end());
+  return settings;
 }
 
-void PinEnvironment(const std::string& device) {
-  for (const EnvironmentSetting& s : EnvironmentSettings(device)) {
+void CheckEnvironmentConflicts(const std::string& device, CpuIsa isa) {
+  for (const EnvironmentSetting& s : EnvironmentSettings(device, isa)) {
     const char* current = std::getenv(s.name);
-    if (current == nullptr || *current == '\0') {
-      ::setenv(s.name, s.value, /*overwrite=*/1);
-    } else if (s.pinned && std::strcmp(current, s.value) != 0) {
+    if (!s.pinned || current == nullptr || *current == '\0') continue;
+    if (std::strcmp(current, s.value) != 0) {
       throw InputError(std::string("environment: ") + s.name + "=" + current + " conflicts with " +
                        s.name + "=" + s.value + " that bitparity pins (" + s.why + "); unset it");
     }
   }
+}
+
+void PinEnvironment(const std::string& device, CpuIsa isa) {
+  CheckEnvironmentConflicts(device, isa);
+  RequireHostRuns(isa, "");
+  for (const EnvironmentSetting& s : EnvironmentSettings(device, isa)) {
+    const char* current = std::getenv(s.name);
+    if (current == nullptr || *current == '\0') ::setenv(s.name, s.value, /*overwrite=*/1);
+  }
+  g_pinned_isa.store(isa);
   g_environment_pinned.store(true);
 }
 
+CpuIsa PinnedCpuIsa() { return g_pinned_isa.load(); }
+
+std::string AtenCpuCapability() { return at::get_cpu_capability(); }
+
 void ConfigureDeterminism(int64_t intra_op_threads) {
   if (!g_environment_pinned.load()) PinEnvironment("cpu");
+  const char* expected = PinOf(PinnedCpuIsa()).expected_capability;
+  if (expected != nullptr && AtenCpuCapability() != expected) {
+    throw InfrastructureError(std::string("ATen runs its ") + AtenCpuCapability() +
+                              " kernels, not the " + expected + " ones [parallel] cpu_isa \"" +
+                              ToString(PinnedCpuIsa()) +
+                              "\" pins: something computed before the environment was pinned");
+  }
   at::set_num_threads(static_cast<int>(intra_op_threads));
   static bool interop_set = [] {
     at::set_num_interop_threads(1);

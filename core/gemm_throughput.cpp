@@ -14,17 +14,19 @@ double GemmThroughput::best_flops_per_second() const {
 }
 
 std::string GemmThroughput::Describe() const {
-  char line[160];
+  char line[224];
+  const std::string type = std::string(dtype == at::kBFloat16 ? "bf16" : c10::toString(dtype)) +
+                           (path.empty() ? "" : " (" + path + ")");
   std::snprintf(line, sizeof(line), "%s %lldx%lldx%lld on %s, %lld thread%s: %.1f GFLOP/s",
-                dtype == at::kBFloat16 ? "bf16" : c10::toString(dtype),
-                static_cast<long long>(shape.m), static_cast<long long>(shape.n),
+                type.c_str(), static_cast<long long>(shape.m), static_cast<long long>(shape.n),
                 static_cast<long long>(shape.k), device.c_str(), static_cast<long long>(threads),
                 threads == 1 ? "" : "s", best_flops_per_second() / 1e9);
   return line;
 }
 
 GemmThroughput MeasureGemm(const GemmShape& shape, at::ScalarType dtype, const at::Device& device,
-                           double budget_seconds) {
+                           double budget_seconds, const GemmFunction& multiply,
+                           const std::string& path) {
   const auto options = at::TensorOptions().dtype(dtype).device(device);
   // Fixed, varied values: a ramp folded into [-1, 1) (zeros could take a fast path somewhere).
   auto operand = [&](int64_t rows, int64_t cols) {
@@ -38,7 +40,11 @@ GemmThroughput MeasureGemm(const GemmShape& shape, at::ScalarType dtype, const a
   at::Tensor y = at::empty({shape.m, shape.n}, options);
   auto run_once = [&] {
     const auto start = std::chrono::steady_clock::now();
-    at::mm_out(y, x, w.t());
+    if (multiply) {
+      y = multiply(x, w.t());
+    } else {
+      at::mm_out(y, x, w.t());
+    }
     if (device.is_cuda()) (void)y.view(-1)[0].item<float>();  // waits for the GEMM
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
@@ -53,6 +59,7 @@ GemmThroughput MeasureGemm(const GemmShape& shape, at::ScalarType dtype, const a
   GemmThroughput out;
   out.shape = shape;
   out.dtype = dtype;
+  out.path = multiply ? path : "";
   out.device = device.str();
   out.threads = at::get_num_threads();
   out.repetitions = static_cast<int64_t>(times.size());
@@ -61,9 +68,11 @@ GemmThroughput MeasureGemm(const GemmShape& shape, at::ScalarType dtype, const a
   return out;
 }
 
-GemmThroughput MeasureGemmCeiling(at::ScalarType dtype, const at::Device& device) {
+GemmThroughput MeasureGemmCeiling(at::ScalarType dtype, const at::Device& device,
+                                  const GemmFunction& multiply, const std::string& path) {
   const int64_t side = device.is_cuda() ? 8192 : 512;
-  return MeasureGemm({side, side, side}, dtype, device, device.is_cuda() ? 0.05 : 0.15);
+  return MeasureGemm({side, side, side}, dtype, device, device.is_cuda() ? 0.05 : 0.15, multiply,
+                     path);
 }
 
 }  // namespace bitparity

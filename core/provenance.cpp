@@ -9,11 +9,10 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <set>
-#include <sstream>
 
+#include "core/cpu_isa.h"
 #include "core/cuda_support.h"
+#include "core/determinism.h"
 
 namespace bitparity {
 namespace {
@@ -48,35 +47,15 @@ std::string LibTorchLocation() {
   return info.dli_fname;
 }
 
-std::string CpuInfoField(const std::string& field) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) {
-      size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        std::string value = line.substr(colon + 1);
-        size_t start = value.find_first_not_of(' ');
-        return start == std::string::npos ? "" : value.substr(start);
-      }
-    }
-  }
-  return "";
-}
-
-// The CPU features that select different kernels (and therefore different bits).
-std::string CpuFlags() {
-  static const std::set<std::string> kRelevant = {
-      "sse4_2",      "avx",         "avx2",     "fma",      "avx512f",    "avx512bw",
-      "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "avx512_fp16"};
-  std::istringstream flags(CpuInfoField("flags"));
-  std::string flag, out;
-  std::set<std::string> present;
-  while (flags >> flag) {
-    if (kRelevant.count(flag)) present.insert(flag);
-  }
-  for (const std::string& f : present) out += (out.empty() ? "" : " ") + f;
-  return out;
+// "3.10.2": oneDNN's version as LibTorch's build configuration names it ("MKL-DNN v3.10.2").
+std::string OneDnnVersion() {
+  if (!at::hasMKLDNN()) return "none";
+  const std::string config = at::show_config();
+  const std::string marker = "MKL-DNN v";
+  const size_t at = config.find(marker);
+  if (at == std::string::npos) return "unknown";
+  const size_t start = at + marker.size();
+  return config.substr(start, config.find_first_of(" \n", start) - start);
 }
 
 std::string Env(const char* name) {
@@ -97,13 +76,18 @@ std::map<std::string, std::string> CollectProvenance(int cuda_device) {
                           " OMP_NUM_THREADS=" + Env("OMP_NUM_THREADS") +
                           " MKL_NUM_THREADS=" + Env("MKL_NUM_THREADS");
   p["onednn"] = at::hasMKLDNN() ? "yes" : "no";
+  p["onednn_version"] = OneDnnVersion();
+  p["cpu_isa"] = ToString(PinnedCpuIsa());
+  p["aten_cpu_capability"] = AtenCpuCapability();
+  p["onednn_max_cpu_isa"] = Env("ONEDNN_MAX_CPU_ISA");
   p["intra_op_threads"] = std::to_string(at::get_num_threads());
   p["compiler"] = std::string("gcc ") + __VERSION__;
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   p["host"] = host;
-  p["cpu_model"] = CpuInfoField("model name");
-  p["cpu_flags"] = CpuFlags();
+  p["cpu_model"] = HostCpuModel();
+  p["cpu_vendor"] = HostCpuVendor();
+  p["cpu_flags"] = RelevantCpuFlags(HostCpuFlags());
   p["device"] = "cpu";
   if (cuda_device >= 0) {
     p.merge(cuda::Provenance(cuda_device));

@@ -2,8 +2,9 @@
 #define BITPARITY_CORE_PROVENANCE_H_
 
 // Where a trace came from: the source revision and everything about the environment that can
-// change floating-point bits (LibTorch version, BLAS library and its threads, intra-op threads,
-// compiler, CPU features; GPU and CUDA library versions on GPUs). Recorded as trace attributes
+// change floating-point bits (LibTorch, BLAS and oneDNN versions, the pinned CPU level and what
+// it pinned, ATen's CPU capability in effect, intra-op threads, compiler, CPU vendor and
+// features; GPU and CUDA library versions on GPUs). Recorded as trace attributes
 // "provenance.<key>".
 
 #include <map>

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_isa.h"
 #include "core/pipeline_layout.h"
 
 namespace bitparity {
@@ -92,6 +93,7 @@ struct ParallelConfig {
   int64_t vpp = 1;                       // model chunks per pipeline rank
   bool vpp_set = false;                  // the recipe wrote vpp (it must then match the layout)
   int64_t threads = 1;                   // intra-op threads per rank
+  CpuIsa cpu_isa = CpuIsa::kAvx2;        // the CPU instruction-set level every library pins
   double timeout_seconds = 300;          // a rank group running longer than this is ended (exit 3)
 };
 
@@ -183,6 +185,9 @@ struct ComparePolicy {
   std::vector<MemoryBound> memory;
   std::vector<OverlapBound> overlap;
   double memory_model = 0;  // > 0: every arm's peak within this relative error of the model
+  // The baseline's peak bytes of every rank and iteration within this relative distance of its
+  // golden's (0: equal).
+  double golden_memory = 0.05;
 };
 
 // One arm: an engine with its own recompute / precision / dispatcher settings.

@@ -86,6 +86,11 @@ const KeyTable<ParallelConfig>& ParallelKeys() {
                     p->vpp = r.Int("vpp", p->vpp, 1, 64);
                   })
           .Int("threads", &P::threads, 1, 256, "intra-op threads per rank")
+          .Enum("cpu_isa", &P::cpu_isa, kCpuIsaNames,
+                "the CPU instruction-set level pinned for ATen's kernels, oneDNN and MKL, and "
+                "with it how bf16 GEMMs run: a pinned level gives the same bits on every host "
+                "that has it (goldens are shared by its fingerprint); \"native\": the host's "
+                "best, bits of this CPU only")
           .Float("timeout_s", &P::timeout_seconds, 1.0, 7 * 24 * 3600.0,
                  "a rank group running longer is ended (exit 3)");
   return keys;
@@ -347,6 +352,10 @@ const KeyTable<ComparePolicy>& CompareKeys() {
                   ToleranceKey("params", &C::params))
           .Float("memory_model", &C::memory_model, 0.0, 10.0,
                  "> 0: every arm's peak within this relative error of the memory model")
+          .Float("golden_memory", &C::golden_memory, 0.0, 10.0,
+                 "the baseline's peak tensor bytes of every rank and iteration within this "
+                 "relative distance of its golden's (0: equal; Megatron's functional tests "
+                 "allow 5%)")
           .Custom("memory", "array of tables", "[]",
                   "[[compare.memory]]: bounds on peak memory, keys below",
                   ArrayOfTablesKey("memory", MemoryBoundKeys(), &C::memory))

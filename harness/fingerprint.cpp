@@ -3,8 +3,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "core/cpu_isa.h"
 #include "core/cuda_support.h"
-#include "core/determinism.h"
 #include "core/digest.h"
 #include "core/provenance.h"
 #include "core/trace_keys.h"
@@ -12,8 +12,12 @@
 namespace bitparity {
 namespace {
 
-const char* const kFields[] = {"libtorch_version", "blas",     "mkl_cbwr",
-                               "cpu_flags",        "compiler", "device"};
+// What decides the bits on every host: the libraries, the CPU level they are pinned to, the
+// compiler of bitparity's own code and the device.
+const char* const kFields[] = {"libtorch_version", "blas",     "onednn_version",
+                               "cpu_isa",          "compiler", "device"};
+// At cpu_isa "native" the libraries run the host's best kernels: its CPU decides too.
+const char* const kNativeFields[] = {"cpu_vendor", "cpu_flags"};
 // On GPUs also the GPU model and the libraries whose kernels produce the bits (not the driver).
 const char* const kCudaFields[] = {"gpu_name", "gpu_sm", "cuda_runtime", "cublas", "cudnn", "nccl"};
 
@@ -25,6 +29,12 @@ Fingerprint MakeFingerprint(const std::map<std::string, std::string>& provenance
   for (const char* field : kFields) {
     auto it = provenance.find(field);
     f.fields[field] = it == provenance.end() ? "unknown" : it->second;
+  }
+  if (f.fields["cpu_isa"] == ToString(CpuIsa::kNative)) {
+    for (const char* field : kNativeFields) {
+      auto it = provenance.find(field);
+      f.fields[field] = it == provenance.end() ? "unknown" : it->second;
+    }
   }
   if (f.fields["device"] == "cuda") {
     for (const char* field : kCudaFields) {
@@ -43,10 +53,11 @@ Fingerprint MakeFingerprint(const std::map<std::string, std::string>& provenance
 }
 
 Fingerprint LocalFingerprint(const Recipe& recipe) {
-  // The ranks pin their environment before they compute; the fingerprint must see the same.
-  PinEnvironment(ToString(recipe.parallel.device));
+  // The ranks pin the recipe's level before they compute; this process need not.
   const int gpu = recipe.parallel.device == DeviceKind::kCuda && cuda::DeviceCount() > 0 ? 0 : -1;
-  return MakeFingerprint(CollectProvenance(gpu), recipe.parallel.threads, recipe.world_size());
+  std::map<std::string, std::string> provenance = CollectProvenance(gpu);
+  provenance["cpu_isa"] = ToString(recipe.parallel.cpu_isa);
+  return MakeFingerprint(provenance, recipe.parallel.threads, recipe.world_size());
 }
 
 Fingerprint TraceFingerprint(const Trace& trace) {

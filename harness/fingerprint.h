@@ -1,9 +1,12 @@
 #ifndef BITPARITY_HARNESS_FINGERPRINT_H_
 #define BITPARITY_HARNESS_FINGERPRINT_H_
 
-// The environment fingerprint: everything that can change bits between two machines running
-// the same recipe (LibTorch version, BLAS library, threads per rank, world size, CPU features or
-// GPU model, compiler). Goldens are only compared within one fingerprint.
+// The environment fingerprint: what decides the bits of a recipe's run on a machine — the
+// LibTorch, BLAS and oneDNN versions, the CPU instruction-set level the ranks pin ([parallel]
+// cpu_isa), the compiler, threads per rank, world size, and on GPUs the GPU model and CUDA
+// libraries. Not the host's CPU: two hosts with different CPUs that both run the pinned level
+// share a fingerprint, and with it their goldens; only at cpu_isa "native" do the CPU's vendor
+// and features count. Goldens are gated within one fingerprint.
 
 #include <cstdint>
 #include <map>

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "core/cpu_isa.h"
+#include "core/determinism.h"
 #include "core/errors.h"
 
 namespace bitparity {
@@ -24,6 +26,8 @@ MachineResources LocalMachine() {
   machine.memory_bytes = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
   const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   machine.cores = cores > 0 ? cores : 1;
+  machine.cpu_flags = HostCpuFlags();
+  machine.cpu_model = HostCpuModel();
   return machine;
 }
 
@@ -49,6 +53,11 @@ std::vector<std::string> CheckResources(const Recipe& recipe, const MachineResou
                      std::to_string(recipe.parallel.ep) + " ranks), and this machine has " +
                      Gib(static_cast<double>(machine.memory_bytes)));
   }
+  if (machine.cpu_flags) {
+    RequireCpuRuns(recipe.parallel.cpu_isa, *machine.cpu_flags, machine.cpu_model,
+                   recipe.path + ": ");
+  }
+  CheckEnvironmentConflicts(ToString(recipe.parallel.device), recipe.parallel.cpu_isa);
   std::vector<std::string> warnings;
   const int64_t threads = recipe.world_size() * recipe.parallel.threads;
   if (threads > 4 * machine.cores) {

@@ -2,10 +2,13 @@
 #define BITPARITY_HARNESS_RESOURCES_H_
 
 // Whether a recipe can run on this machine at all, checked before any rank starts: a model whose
-// state cannot fit in memory is bad input with the estimate (instead of a rank killed minutes
-// later), and rank and thread counts far above the cores are warnings with the figures.
+// state cannot fit in memory, a CPU without the recipe's pinned instruction-set level and an
+// environment that sets a pinned variable otherwise are bad input with the figures (instead of a
+// rank failing later), and rank and thread counts far above the cores are warnings.
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,9 @@ namespace bitparity {
 struct MachineResources {
   int64_t memory_bytes = 0;  // physical memory
   int64_t cores = 1;         // online processors
+  // The CPU's flags and model name (core/cpu_isa.h); nullopt: unknown, not checked.
+  std::optional<std::set<std::string>> cpu_flags;
+  std::string cpu_model;
 };
 
 // This machine's.
@@ -26,7 +32,9 @@ MachineResources LocalMachine();
 // parameters once per EP rank of their stage, experts once.
 int64_t ModelStateBytes(const Recipe& recipe);
 
-// InputError naming [model] and [parallel] when ModelStateBytes exceeds the machine's memory;
+// InputError naming [model] and [parallel] when ModelStateBytes exceeds the machine's memory,
+// naming [parallel] cpu_isa when the machine's CPU lacks the level, and naming the variable when
+// this process's environment conflicts with what the ranks pin (CheckEnvironmentConflicts);
 // otherwise the warnings (possibly none), one line each.
 std::vector<std::string> CheckResources(const Recipe& recipe, const MachineResources& machine);
 

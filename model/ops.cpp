@@ -12,6 +12,7 @@
 #include "core/flop_count.h"
 #include "core/fp8.h"
 #include "core/fp8_tensor.h"
+#include "model/gemm.h"
 
 namespace bitparity {
 namespace ops {
@@ -151,8 +152,8 @@ at::Tensor PadColumnsTo128(const at::Tensor& t) {
 // from the high-precision tensors, in blocks along its reduction dimension.
 //   blockwise: activations and gradients in 1 x 128 tiles, weights in 128 x 128 blocks.
 //   mxfp8:     every operand in 1 x 32 blocks along the reduction dimension.
-// Emulated, the dequantized values are multiplied in bf16 with fp32 accumulation; native
-// (blockwise only), the same codes and scales go to the tensor cores.
+// Emulated, the dequantized values are multiplied in bf16 with fp32 accumulation (model/gemm.h);
+// native (blockwise only), the same codes and scales go to the tensor cores.
 class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
@@ -167,9 +168,9 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
       y = NativeBlockwiseGemm(fp8::QuantizeBlocks(x2, 1, 128, s),
                               fp8::QuantizeBlocks(weight, 128, 128, s));
     } else if (precision == PrecisionRecipe::kBlockwise) {
-      y = at::mm(Fp8RoundTrip(x2, 1, 128, s), Fp8RoundTrip(weight, 128, 128, s).t());
+      y = gemm::Multiply(Fp8RoundTrip(x2, 1, 128, s), Fp8RoundTrip(weight, 128, 128, s).t());
     } else {
-      y = at::mm(Fp8RoundTrip(x2, 1, 32, s), Fp8RoundTrip(weight, 1, 32, s).t());
+      y = gemm::Multiply(Fp8RoundTrip(x2, 1, 32, s), Fp8RoundTrip(weight, 1, 32, s).t());
     }
     ctx->save_for_backward({x2, weight});
     ctx->saved_data["wgrad_sink"] = SinkHandle(delayed_wgrad_sink);
@@ -214,10 +215,10 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     }
     if (precision == PrecisionRecipe::kBlockwise) {
       const auto s = fp8::Scaling::kBlockwise;
-      return at::mm(Fp8RoundTrip(g, 1, 128, s), Fp8RoundTrip(weight, 128, 128, s));
+      return gemm::Multiply(Fp8RoundTrip(g, 1, 128, s), Fp8RoundTrip(weight, 128, 128, s));
     }
     const auto s = fp8::Scaling::kMx;
-    return at::mm(Fp8RoundTrip(g, 1, 32, s), Fp8RoundTrip(weight, 32, 1, s));
+    return gemm::Multiply(Fp8RoundTrip(g, 1, 32, s), Fp8RoundTrip(weight, 32, 1, s));
   }
 
   // wgrad reduces over the tokens (padded to 128 for the tensor cores).
@@ -230,24 +231,24 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     }
     if (precision == PrecisionRecipe::kBlockwise) {
       const auto s = fp8::Scaling::kBlockwise;
-      return at::mm(Fp8RoundTrip(g, 128, 1, s).t(), Fp8RoundTrip(x2, 128, 1, s));
+      return gemm::Multiply(Fp8RoundTrip(g, 128, 1, s).t(), Fp8RoundTrip(x2, 128, 1, s));
     }
     const auto s = fp8::Scaling::kMx;
-    return at::mm(Fp8RoundTrip(g, 32, 1, s).t(), Fp8RoundTrip(x2, 32, 1, s));
+    return gemm::Multiply(Fp8RoundTrip(g, 32, 1, s).t(), Fp8RoundTrip(x2, 32, 1, s));
   }
 };
 
-// A bf16 / fp32 linear layer whose weight gradient goes to a DelayedWgrads (only while a
-// DelayWgradScope is alive; at::linear otherwise). Forward and backward run the GEMMs autograd
-// runs for at::linear without bias (matmul folds the leading dimensions into one mm with the
-// transposed weight; MmBackward0's mm_mat1_backward / mm_mat2_backward, then the transpose's
-// backward), with the same operands in the same layouts: the same bits.
-class DelayedWgradLinearFunction : public torch::autograd::Function<DelayedWgradLinearFunction> {
+// A bf16 / fp32 linear layer on the active GEMM path (model/gemm.h) whose weight gradient goes
+// to a DelayedWgrads while a DelayWgradScope is alive. Forward and backward run the GEMMs
+// autograd runs for at::linear without bias (matmul folds the leading dimensions into one mm with
+// the transposed weight; MmBackward0's mm_mat1_backward / mm_mat2_backward, then the transpose's
+// backward), with the same operands in the same layouts: on the native path, the same bits.
+class LinearFunction : public torch::autograd::Function<LinearFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight) {
     const int64_t k = x.size(-1);
     const at::Tensor x2 = x.reshape({-1, k});
-    at::Tensor y = x2.mm(weight.t());
+    at::Tensor y = gemm::Multiply(x2, weight.t());
     ctx->save_for_backward({x2, weight});
     ctx->saved_data["wgrad_sink"] = SinkHandle(delayed_wgrad_sink);
     ctx->saved_data["x_shape"] = x.sizes().vec();
@@ -266,13 +267,13 @@ class DelayedWgradLinearFunction : public torch::autograd::Function<DelayedWgrad
     if (ctx->needs_input_grad(0)) {
       // mm_mat1_backward: a column-major input gets its gradient column-major.
       const bool column_major = x2.stride(0) == 1 && x2.stride(1) == x2.size(0);
-      dx = column_major ? mat2.mm(g.t()).t() : g.mm(mat2.t());
+      dx = column_major ? gemm::Multiply(mat2, g.t()).t() : gemm::Multiply(g, mat2.t());
       dx = dx.reshape(ctx->saved_data["x_shape"].toIntVector());
     }
     // mm_mat2_backward of the transposed weight, then the transpose's backward.
     auto wgrad = [g, x2, mat2] {
       const bool column_major = mat2.stride(0) == 1 && mat2.stride(1) == mat2.size(0);
-      return (column_major ? g.t().mm(x2).t() : x2.t().mm(g)).t();
+      return (column_major ? gemm::Multiply(g.t(), x2).t() : gemm::Multiply(x2.t(), g)).t();
     };
     at::Tensor dw;
     if (ctx->needs_input_grad(1)) {
@@ -370,11 +371,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const Precision
   switch (precision.recipe) {
     case PrecisionRecipe::kFp32:
     case PrecisionRecipe::kBf16:
-      if (delayed_wgrad_sink != nullptr && torch::GradMode::is_enabled() &&
-          weight.requires_grad()) {
-        return DelayedWgradLinearFunction::apply(x, weight);
-      }
-      return at::linear(x, weight);
+      return LinearFunction::apply(x, weight);
     case PrecisionRecipe::kBlockwise:
     case PrecisionRecipe::kMxfp8:
       return Fp8LinearFunction::apply(x, weight, static_cast<int64_t>(precision.recipe),
@@ -453,7 +450,7 @@ at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight
   // Scaling and masking work in place on the fp32 scores: neither backward needs the values
   // they overwrite, and the [b, heads, s, s] temporaries are the largest of a layer.
   CountMatmulFlops(q, k.transpose(-2, -1));
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).to(at::kFloat);
+  at::Tensor scores = gemm::Matmul(q, k.transpose(-2, -1)).to(at::kFloat);
   scores.mul_(1.0 / std::sqrt(static_cast<double>(d)));
   at::Tensor causal = at::ones({s, s}, scores.options().dtype(at::kBool)).triu(1);
   scores.masked_fill_(causal, -std::numeric_limits<float>::infinity());
@@ -474,7 +471,7 @@ at::Tensor CausalSelfAttention(const at::Tensor& x, const at::Tensor& qkv_weight
   }
   probs = Dropout(probs, attention_dropout, dropout_key);
   CountMatmulFlops(probs, parts[2]);
-  at::Tensor context = at::matmul(probs, parts[2]).transpose(1, 2).reshape({b, s, h});
+  at::Tensor context = gemm::Matmul(probs, parts[2]).transpose(1, 2).reshape({b, s, h});
   return Linear(context, proj_weight, precision);
 }
 

@@ -31,16 +31,17 @@ at::Tensor CompositeRmsNorm(const at::Tensor& x, const at::Tensor& weight, doubl
 // x @ weight^T. The precision seam: every GEMM of a linear layer goes through here, so FP8
 // recipes can quantize the operands of the forward, dgrad and wgrad GEMMs in one place.
 // FP8 GEMMs are emulated (quantize-dequantize, bf16 GEMM) or, with fp8_backend "native" on a
-// GPU, FP8 tensor-core GEMMs on the same quantized operands.
+// GPU, FP8 tensor-core GEMMs on the same quantized operands. bf16 and emulated GEMMs run on the
+// process's GEMM path (model/gemm.h).
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const PrecisionConfig& precision);
 
 // Weight gradients left for later (Megatron's --delay-wgrad-compute): while a DelayWgradScope is
 // alive on a thread, every Linear that runs there with gradients on splits its backward: the
 // input gradient when autograd reaches it, the weight gradient into the scope's DelayedWgrads,
 // computed when the schedule runs them (where Megatron calls backward_dw, under another
-// microbatch's all-to-all). The GEMMs are the ones autograd runs for an undelayed linear layer,
-// operand for operand, and Run adds each result to its weight's .grad as autograd would; so the
-// bits do not change, only when the work happens.
+// microbatch's all-to-all). The GEMMs are the ones an undelayed linear layer runs, operand for
+// operand, and Run adds each result to its weight's .grad as autograd would; so the bits do not
+// change, only when the work happens.
 class DelayedWgrads {
  public:
   // One pending weight gradient: `compute` returns it; it goes to `weight`'s .grad.

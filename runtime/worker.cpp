@@ -24,6 +24,7 @@
 #include "core/recipe.h"
 #include "core/trace.h"
 #include "core/trace_keys.h"
+#include "model/gemm.h"
 #include "runtime/debug_switches.h"
 #include "runtime/memory_model.h"
 #include "runtime/trainer.h"
@@ -69,9 +70,11 @@ int Run(const WorkerRequest& request) {
   std::fflush(stdout);
   MaybeInjectFault(fault, context.rank, 0);
 
-  // The environment MKL, cuBLAS and NCCL read at their first use, before anything computes.
+  // The environment ATen, oneDNN, MKL, cuBLAS and NCCL read at their first use, before anything
+  // computes: among it the recipe's CPU instruction-set level.
   const DeviceKind device = recipe.parallel.device;
-  PinEnvironment(ToString(device));
+  RequireHostRuns(recipe.parallel.cpu_isa, request.recipe_path + ": ");
+  PinEnvironment(ToString(device), recipe.parallel.cpu_isa);
   MemoryTracker::Install();
   MemoryTimeline::Enable(request.memory_timeline);
   ConfigureDeterminism(request.threads > 0 ? request.threads : recipe.parallel.threads);
@@ -113,11 +116,12 @@ int Run(const WorkerRequest& request) {
     trainer.set_replay_levels(std::move(prediction.replay_levels));
   }
   // The ceiling MFU is against, in the dtype this arm's GEMMs run in (emulated FP8 runs bf16
-  // GEMMs), with this rank's threads, on its device, as loaded as it is now.
+  // GEMMs), on the process's GEMM path, with this rank's threads, on its device, as loaded as it
+  // is now.
   {
     const GemmThroughput ceiling = MeasureGemmCeiling(
-        arm.precision.recipe == PrecisionRecipe::kFp32 ? at::kFloat : at::kBFloat16,
-        comm->device());
+        arm.precision.recipe == PrecisionRecipe::kFp32 ? at::kFloat : at::kBFloat16, comm->device(),
+        gemm::Multiply, ToString(gemm::ActivePath()));
     char rate[32];
     std::snprintf(rate, sizeof(rate), "%.6g", ceiling.best_flops_per_second());
     model_attributes[trace_keys::kGemmCeilingFlopsPerSecond] = rate;

@@ -1,6 +1,5 @@
-// The pinned process environment is in effect and does what it is pinned for: MKL's strict
-// reproducibility mode keeps fp32 GEMM bits independent of the thread count (without it, with
-// MKL_CBWR=AUTO, the same GEMMs differ between one and two threads on this LibTorch), and a
+// The pinned process environment is in effect and does what it is pinned for: the test process
+// runs the default CPU level (avx2) in ATen, oneDNN and MKL's vendor-independent branch, and a
 // conflicting pinned variable is bad input that names the variable.
 
 #include "core/determinism.h"
@@ -22,24 +21,33 @@ at::Tensor Random(const std::vector<int64_t>& shape, uint64_t stream) {
   return testing::RandomNormal(shape, 11, stream);
 }
 
-TEST(PinnedEnvironment, MklRunsInStrictReproducibilityMode) {
+TEST(PinnedEnvironment, EveryLibraryRunsTheDefaultLevel) {
+  EXPECT_EQ(PinnedCpuIsa(), CpuIsa::kAvx2);
   ASSERT_NE(std::getenv("MKL_CBWR"), nullptr);
-  EXPECT_STREQ(std::getenv("MKL_CBWR"), "AUTO,STRICT");
+  EXPECT_STREQ(std::getenv("MKL_CBWR"), "COMPATIBLE");
+  ASSERT_NE(std::getenv("ONEDNN_MAX_CPU_ISA"), nullptr);
+  EXPECT_STREQ(std::getenv("ONEDNN_MAX_CPU_ISA"), "AVX2");
+  ASSERT_NE(std::getenv("ATEN_CPU_CAPABILITY"), nullptr);
+  EXPECT_STREQ(std::getenv("ATEN_CPU_CAPABILITY"), "avx2");
+  EXPECT_EQ(AtenCpuCapability(), "AVX2");
 }
 
-TEST(PinnedEnvironment, Fp32GemmBitsDoNotDependOnTheThreadCount) {
+// MKL's COMPATIBLE branch repeats its bits for a fixed thread count (the thread count is part of
+// the fingerprint: with two threads its bits differ from one thread's).
+TEST(PinnedEnvironment, Fp32GemmBitsRepeatForAFixedThreadCount) {
   const std::vector<std::array<int64_t, 3>> shapes = {
       {257, 515, 263}, {1024, 64, 192}, {64, 1024, 64}, {4096, 64, 64}, {33, 4096, 17}};
-  for (const auto& [m, k, n] : shapes) {
-    at::Tensor a = Random({m, k}, static_cast<uint64_t>(m));
-    at::Tensor b = Random({k, n}, static_cast<uint64_t>(n));
-    at::set_num_threads(1);
-    at::Tensor one = at::mm(a, b);
-    at::set_num_threads(2);
-    at::Tensor two = at::mm(a, b);
-    at::set_num_threads(1);
-    EXPECT_TRUE(at::equal(one, two)) << m << "x" << k << "x" << n;
+  for (int threads : {1, 2}) {
+    at::set_num_threads(threads);
+    for (const auto& [m, k, n] : shapes) {
+      at::Tensor a = Random({m, k}, static_cast<uint64_t>(m));
+      at::Tensor b = Random({k, n}, static_cast<uint64_t>(n));
+      at::Tensor first = at::mm(a, b);
+      at::Tensor second = at::mm(a.clone(), b.clone());
+      EXPECT_TRUE(at::equal(first, second)) << m << "x" << k << "x" << n << ", " << threads;
+    }
   }
+  at::set_num_threads(1);
 }
 
 TEST(PinnedEnvironment, AConflictingPinnedVariableIsBadInputNamingIt) {

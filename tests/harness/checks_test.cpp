@@ -226,7 +226,7 @@ TEST(Resources, AModelStateBeyondTheMachinesMemoryIsBadInputWithTheEstimate) {
   // Dense parameters once per EP rank, experts once, 16 bytes each.
   EXPECT_GT(needed, 16 * ParameterCount(recipe.model));
   EXPECT_LT(needed, 2 * 16 * ParameterCount(recipe.model));
-  MachineResources machine{needed, 64};
+  MachineResources machine{needed, 64, std::nullopt, ""};
   EXPECT_TRUE(CheckResources(recipe, machine).empty());
   machine.memory_bytes = needed - 1;
   try {
@@ -248,11 +248,59 @@ TEST(Resources, AModelStateBeyondTheMachinesMemoryIsBadInputWithTheEstimate) {
       << warnings[0];
 }
 
+TEST(Resources, ACpuWithoutThePinnedLevelIsBadInputNamingTheLevelAndTheFlags) {
+  Recipe recipe = ParseRecipe(testing::SmallModelTable(2, 0) +
+                                  "[parallel]\nep = 2\ncpu_isa = \"avx512\"\n"
+                                  "[arms.a]\nengine = \"reference\"\n",
+                              "r.toml");
+  MachineResources machine{
+      1LL << 40, 64, std::set<std::string>{"sse4_1", "sse4_2", "avx", "avx2", "fma", "avx512f"},
+      "AVX2 CPU"};
+  try {
+    CheckResources(recipe, machine);
+    FAIL() << "a host without avx512bw, avx512vl and avx512dq accepted cpu_isa avx512";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "r.toml: [parallel] cpu_isa \"avx512\" needs the CPU flags avx512bw avx512vl "
+                  "avx512dq, which this host (AVX2 CPU) lacks; its flags: avx avx2 avx512f fma "
+                  "sse4_1 sse4_2; it runs: sse4_2, avx2, native"),
+              std::string::npos)
+        << e.what();
+  }
+  recipe.parallel.cpu_isa = CpuIsa::kAvx2;
+  EXPECT_TRUE(CheckResources(recipe, machine).empty());
+  recipe.parallel.cpu_isa = CpuIsa::kNative;  // any host runs its own best
+  machine.cpu_flags = std::set<std::string>{};
+  EXPECT_TRUE(CheckResources(recipe, machine).empty());
+}
+
 std::map<std::string, std::string> Provenance() {
   return {{"libtorch_version", "2.11.0"}, {"blas", "mkl 2024.2-Product"},
-          {"mkl_cbwr", "AUTO,STRICT"},    {"cpu_flags", "avx512f amx"},
+          {"onednn_version", "3.10.2"},   {"cpu_isa", "avx2"},
+          {"mkl_cbwr", "COMPATIBLE"},     {"cpu_flags", "avx512f amx"},
+          {"cpu_vendor", "GenuineIntel"}, {"cpu_model", "Intel(R) Xeon(R)"},
           {"compiler", "gcc 12.2.0"},     {"device", "cpu"},
           {"host", "machine-a"},          {"git_revision", "abc"}};
+}
+
+TEST(Fingerprint, HostsWithOtherCpusShareAPinnedLevelsFingerprint) {
+  const Fingerprint base = MakeFingerprint(Provenance(), 2, 2);
+  std::map<std::string, std::string> amd = Provenance();
+  amd["cpu_flags"] = "avx avx2 fma";
+  amd["cpu_vendor"] = "AuthenticAMD";
+  amd["cpu_model"] = "AMD EPYC";
+  EXPECT_EQ(MakeFingerprint(amd, 2, 2).key, base.key);
+  EXPECT_EQ(base.fields.count("cpu_flags"), 0u);
+  // Another level is another fingerprint; at "native" the CPU itself counts.
+  std::map<std::string, std::string> sse = Provenance();
+  sse["cpu_isa"] = "sse4_2";
+  EXPECT_EQ(base.DifferingFields(MakeFingerprint(sse, 2, 2)), "cpu_isa");
+  std::map<std::string, std::string> native = Provenance();
+  native["cpu_isa"] = "native";
+  std::map<std::string, std::string> native_amd = amd;
+  native_amd["cpu_isa"] = "native";
+  EXPECT_EQ(MakeFingerprint(native, 2, 2).DifferingFields(MakeFingerprint(native_amd, 2, 2)),
+            "cpu_flags, cpu_vendor");
 }
 
 TEST(Fingerprint, KeyFollowsTheFactsThatDecideBitsOnly) {

@@ -33,6 +33,7 @@ constexpr EnumName<CheckKind> kCheckKindNames[] = {{CheckKind::kReproduces, "rep
                                                    {CheckKind::kReplay, "replay"},
                                                    {CheckKind::kCensus, "census"},
                                                    {CheckKind::kGolden, "golden"},
+                                                   {CheckKind::kGoldenMemory, "golden_memory"},
                                                    {CheckKind::kRun, "run"},
                                                    {CheckKind::kCell, "cell"}};
 

@@ -22,18 +22,19 @@ const char* ToString(Verdict verdict);
 
 // What a check is about; the harness finds a check by its kind and arm, never by its name.
 enum class CheckKind {
-  kReproduces,   // an arm's runs agree bit for bit
-  kLoss,         // arm vs baseline: loss records
-  kGradients,    // arm vs baseline: gradient records
-  kParameters,   // arm vs baseline: parameter records
-  kMemoryModel,  // an arm's measured peak vs its memory model
-  kMemory,       // an arm's peak vs another arm's, under a bound
-  kOverlap,      // the share of an arm's all-to-all time hidden under compute, under a bound
-  kReplay,       // an arm's recompute replays against their first pass (node probes)
-  kCensus,       // the activations live at each segment replay against the memory model
-  kGolden,       // the baseline vs its golden
-  kRun,          // one run of an arm could not finish (an infrastructure fault)
-  kCell,         // a matrix cell that could not run
+  kReproduces,    // an arm's runs agree bit for bit
+  kLoss,          // arm vs baseline: loss records
+  kGradients,     // arm vs baseline: gradient records
+  kParameters,    // arm vs baseline: parameter records
+  kMemoryModel,   // an arm's measured peak vs its memory model
+  kMemory,        // an arm's peak vs another arm's, under a bound
+  kOverlap,       // the share of an arm's all-to-all time hidden under compute, under a bound
+  kReplay,        // an arm's recompute replays against their first pass (node probes)
+  kCensus,        // the activations live at each segment replay against the memory model
+  kGolden,        // the baseline vs its golden
+  kGoldenMemory,  // the baseline's peak memory vs its golden's
+  kRun,           // one run of an arm could not finish (an infrastructure fault)
+  kCell,          // a matrix cell that could not run
 };
 const char* ToString(CheckKind kind);
 

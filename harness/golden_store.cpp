@@ -1,6 +1,9 @@
 #include "harness/golden_store.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/errors.h"
@@ -10,6 +13,21 @@ namespace bitparity {
 namespace {
 
 namespace fs = std::filesystem;
+
+size_t FieldsDiffering(const Fingerprint& a, const Fingerprint& b) {
+  const std::string fields = a.DifferingFields(b);
+  return fields.empty() ? 0
+                        : 1 + static_cast<size_t>(std::count(fields.begin(), fields.end(), ','));
+}
+
+bool SameWorldAndThreads(const Fingerprint& a, const Fingerprint& b) {
+  for (const char* field : {"world_size", "threads_per_rank"}) {
+    auto ia = a.fields.find(field);
+    auto ib = b.fields.find(field);
+    if (ia == a.fields.end() || ib == b.fields.end() || ia->second != ib->second) return false;
+  }
+  return true;
+}
 
 std::string DefaultGoldenDir(const std::string& recipe_path) {
   fs::path dir = fs::absolute(recipe_path).parent_path();
@@ -42,18 +60,31 @@ GoldenLookup GoldenStore::Find(const std::string& recipe_name,
   }
   std::string others;
   std::error_code ec;
+  std::vector<fs::path> files;
   if (fs::is_directory(recipe_dir, ec)) {
     for (const auto& entry : fs::directory_iterator(recipe_dir, ec)) {
-      if (entry.path().extension() != ".h5") continue;
-      std::string why;
-      try {
-        Fingerprint other = TraceFingerprint(ReadTraceIsolated(entry.path().string()));
-        why = "differs in " + fingerprint.DifferingFields(other);
-      } catch (const InputError&) {
-        why = "unreadable";
-      }
-      others += (others.empty() ? "" : "; ") + entry.path().filename().string() + " (" + why + ")";
+      if (entry.path().extension() == ".h5") files.push_back(entry.path());
     }
+  }
+  std::sort(files.begin(), files.end());
+  size_t nearest_distance = SIZE_MAX;
+  for (const fs::path& file : files) {
+    std::string why;
+    try {
+      Trace other = ReadTraceIsolated(file.string());
+      const Fingerprint other_fingerprint = TraceFingerprint(other);
+      why = "differs in " + fingerprint.DifferingFields(other_fingerprint);
+      lookup.others_exist = true;
+      const size_t distance = FieldsDiffering(fingerprint, other_fingerprint);
+      if (SameWorldAndThreads(fingerprint, other_fingerprint) && distance < nearest_distance) {
+        nearest_distance = distance;
+        lookup.nearest = std::move(other);
+        lookup.nearest_path = file.string();
+      }
+    } catch (const InputError&) {
+      why = "unreadable";
+    }
+    others += (others.empty() ? "" : "; ") + file.filename().string() + " (" + why + ")";
   }
   lookup.missing_reason = "no golden for this machine's fingerprint " + fingerprint.key + " in " +
                           recipe_dir.string() + (others.empty() ? "" : "; found " + others);

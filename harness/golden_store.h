@@ -21,6 +21,12 @@ struct GoldenLookup {
   // Why there is none: the directory searched, the goldens of other fingerprints found there and
   // the fields they differ in. Empty when `golden` is set.
   std::string missing_reason;
+  // Without a golden of this fingerprint: whether the store holds goldens of others for the
+  // recipe, and the nearest of them (same world size and threads per rank, the fewest fields
+  // differing; ties by file name), to explain the difference without gating on it.
+  bool others_exist = false;
+  std::optional<Trace> nearest;
+  std::string nearest_path;
 };
 
 class GoldenStore {

@@ -15,9 +15,11 @@ void LocalizeFailures(std::vector<CheckResult>& checks,
     if (check.verdict != Verdict::kFail || !check.difference || compared[i].size() != 2) continue;
     Difference& d = *check.difference;
     const bool needs_dumps = d.record == "grad_digest" && !d.tensor;
-    // Two runs compared without node probes: their reruns record them, and name the operation.
+    // Two runs compared without node probes: their reruns record them, and name the operation;
+    // so does a run compared with a golden that holds probes.
+    const bool golden_side = compared[i][0].arm.empty() || compared[i][1].arm.empty();
     const bool needs_probes = !check.figures.contains("first_divergent_operations") &&
-                              !compared[i][0].arm.empty() && !compared[i][1].arm.empty();
+                              (!golden_side || (golden != nullptr && HasProbes(*golden)));
     if (!needs_dumps && !needs_probes) continue;
     const std::string label = "check" + std::to_string(i + 1);
     auto side = [&](const ComparedRun& run, const char* suffix) -> std::optional<Trace> {
@@ -27,7 +29,9 @@ void LocalizeFailures(std::vector<CheckResult>& checks,
     std::optional<Trace> a = side(compared[i][0], "_a");
     std::optional<Trace> b = side(compared[i][1], "_b");
     if (needs_probes && a && b && HasProbes(*a) && HasProbes(*b)) {
-      AddFirstDivergentOperations(*a, *b, compared[i][0].arm != compared[i][1].arm, &check);
+      // A run and its golden are one arm: compared in execution order, as two runs are.
+      AddFirstDivergentOperations(*a, *b, !golden_side && compared[i][0].arm != compared[i][1].arm,
+                                  &check);
       check.figures["first_divergent_operations_from"] = "reruns with node probes";
     }
     if (!needs_dumps) continue;

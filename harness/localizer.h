@@ -6,7 +6,8 @@
 // with full gradient dumps there, compares the two dumps and names the first differing element,
 // its values, the ulp distance and how many elements differ. The reruns record node probes: a
 // check of two runs made without them gets each rank's first divergent operation from the reruns
-// (escalation), whatever its first difference.
+// (escalation), whatever its first difference; so does a run that differs from a golden
+// recorded with probes (the golden is not rerun).
 
 #include <cstdint>
 #include <functional>

@@ -98,6 +98,7 @@ int RunMatrix(const MatrixOptions& options, std::ostream& console) {
       run.no_golden_reason = "matrix cells are compared across arms, not with goldens";
       run.quiet = true;
       run.probes = options.probes;
+      run.require_golden = options.require_golden;
       run.command_line = options.command_line;
       std::ostringstream cell_console;
       RunReport outcome;

@@ -26,7 +26,8 @@ struct MatrixOptions {
   std::string out_dir;  // default: out/<matrix name>
   int64_t repeats = 2;
   bool quiet = false;
-  bool probes = false;  // node probes in every cell's traces (RunOptions::probes)
+  bool probes = false;          // node probes in every cell's traces (RunOptions::probes)
+  bool require_golden = false;  // RunOptions::require_golden for every cell
   std::string command_line;
 };
 

@@ -322,19 +322,16 @@ std::string JunitReport(const std::vector<RunReport>& reports) {
       t.append_attribute("classname") = ("bitparity." + suite.name).c_str();
       t.append_attribute("name") = c.name.c_str();
       t.append_attribute("time") = c.seconds;
+      // The first divergent operations where a CI page shows them without opening the failure's
+      // text: the testcase's system-out (JUnit's testcase has no properties), one line each.
+      std::string operations;
       if (c.figures.contains("first_divergent_operations")) {
-        // The sentences where a CI page shows them without opening the failure's text.
-        pugi::xml_node props = t.append_child("properties");
         const nlohmann::json& sentences = c.figures["first_divergent_operations"];
         for (const nlohmann::json& sentence : sentences) {
-          pugi::xml_node p = props.append_child("property");
-          p.append_attribute("name") = "first_divergent_operation";
-          p.append_attribute("value") = sentence.get<std::string>().c_str();
+          operations += "first_divergent_operation: " + sentence.get<std::string>() + "\n";
         }
         if (sentences.empty()) {
-          pugi::xml_node p = props.append_child("property");
-          p.append_attribute("name") = "first_divergent_operation";
-          p.append_attribute("value") = kProbesAllEqual;
+          operations += std::string("first_divergent_operation: ") + kProbesAllEqual + "\n";
         }
       }
       const std::string body = c.details.empty() ? c.summary : c.summary + "\n" + c.details;
@@ -351,7 +348,10 @@ std::string JunitReport(const std::vector<RunReport>& reports) {
       } else if (c.verdict == Verdict::kSkipped) {
         t.append_child("skipped").append_attribute("message") = c.summary.c_str();
       } else {
-        t.append_child("system-out").append_child(pugi::node_pcdata).set_value(body.c_str());
+        operations = body + "\n" + operations;
+      }
+      if (!operations.empty()) {
+        t.append_child("system-out").append_child(pugi::node_pcdata).set_value(operations.c_str());
       }
     }
     tests += static_cast<int>(suite.checks.size());

@@ -26,6 +26,7 @@
 #include "core/trace_keys.h"
 #include "harness/attribution.h"
 #include "harness/fingerprint.h"
+#include "harness/golden_check.h"
 #include "harness/golden_store.h"
 #include "harness/html_report.h"
 #include "harness/launcher.h"
@@ -161,6 +162,7 @@ class RecipeRun {
     perturbations_ = ParsePerturbations(options_.perturb, arms_, options_.repeats);
     out_dir_ = options_.out_dir.empty() ? "out/" + recipe_.name : options_.out_dir;
     baseline_ = recipe_.compare.baseline;
+    localize_budget_ = options_.localize_runs;  // shared by every rerun that names a difference
     fingerprint_ = LocalFingerprint(recipe_);
     std::error_code ec;
     if (fs::exists(goldens_.dir(), ec) && !fs::is_directory(goldens_.dir(), ec)) {
@@ -235,14 +237,11 @@ class RecipeRun {
       golden_skip_ = options_.no_golden_reason;
       return;
     }
-    GoldenLookup lookup = goldens_.Find(recipe_.name, fingerprint_);
-    golden_path_ = lookup.path;
-    golden_ = std::move(lookup.golden);
-    if (!golden_) {
-      golden_skip_ = lookup.missing_reason +
-                     (options_.update_golden ? "" : "; record one with --update-golden");
-    }
+    golden_lookup_ = goldens_.Find(recipe_.name, fingerprint_);
+    golden_path_ = golden_lookup_.path;
   }
+
+  const Trace* golden() const { return golden_lookup_.golden ? &*golden_lookup_.golden : nullptr; }
 
   Environment EnvironmentFor(const std::string& arm, int64_t index) const {
     Environment env;
@@ -265,7 +264,7 @@ class RecipeRun {
     launch.timeout_seconds = recipe_.parallel.timeout_seconds;
     launch.environment = env;
     launch.worker.memory_timeline = options_.memory_timeline;
-    launch.worker.probes = options_.probes;
+    launch.worker.probes = probes();
     launch.trace_attributes[trace_keys::kCommandLine] = options_.command_line;
     return launch;
   }
@@ -398,6 +397,7 @@ class RecipeRun {
     }
     if (std::find(arms_.begin(), arms_.end(), baseline_) != arms_.end()) {
       not_run(CheckKind::kGolden, baseline_, "golden: " + baseline_);
+      not_run(CheckKind::kGoldenMemory, baseline_, "golden memory: " + baseline_);
     }
   }
 
@@ -408,8 +408,12 @@ class RecipeRun {
     return config.engine == EngineKind::kOverlap && config.recompute.full();
   }
 
-  // Whether the ranks record node probes (--probes or [trace] probes = "nodes").
-  bool probes() const { return options_.probes || recipe_.trace.node_probes; }
+  // Whether the ranks record node probes (--probes or [trace] probes = "nodes"); a run that
+  // records a golden does, so that a later run under another fingerprint can be told the first
+  // operation that differs from it.
+  bool probes() const {
+    return options_.probes || options_.update_golden || recipe_.trace.node_probes;
+  }
 
   const Trace& TraceOf(const std::string& arm, int64_t index) const {
     return *runs_.at(arm).at(static_cast<size_t>(index - 1)).trace;
@@ -498,24 +502,42 @@ class RecipeRun {
       Record(CheckOverlap(bound, traces), {});
     }
     if (have_baseline) {
-      const Trace& run = TraceOf(baseline_, 1);
-      Fingerprint recorded = TraceFingerprint(run);
-      std::string skip = golden_skip_;
-      if (recorded.key != fingerprint_.key) {
-        skip = "the ranks ran under fingerprint " + recorded.key + ", not " + fingerprint_.key +
-               " (differs in " + fingerprint_.DifferingFields(recorded) + ")";
-      }
-      Record(CheckGolden(baseline_, run, golden_ ? &*golden_ : nullptr, skip),
-             {{baseline_, 1}, {"", 0}});
+      RecordGoldenChecks();
     } else {
-      CheckResult skipped;
-      skipped.kind = CheckKind::kGolden;
-      skipped.arm = baseline_;
-      skipped.name = "golden: " + baseline_;
-      skipped.verdict = Verdict::kSkipped;
-      skipped.summary = "the baseline arm '" + baseline_ + "' was not run (--arms)";
-      Record(skipped, {});
+      for (CheckKind kind : {CheckKind::kGolden, CheckKind::kGoldenMemory}) {
+        CheckResult skipped;
+        skipped.kind = kind;
+        skipped.arm = baseline_;
+        skipped.name = (kind == CheckKind::kGolden ? "golden: " : "golden memory: ") + baseline_;
+        skipped.verdict = Verdict::kSkipped;
+        skipped.summary = "the baseline arm '" + baseline_ + "' was not run (--arms)";
+        Record(skipped, {});
+      }
     }
+  }
+
+  void RecordGoldenChecks() {
+    GoldenCheckInput input;
+    input.arm = baseline_;
+    input.run = &TraceOf(baseline_, 1);
+    input.lookup = &golden_lookup_;
+    input.fingerprint = fingerprint_;
+    input.recipe_path = recipe_.path;
+    input.require = options_.require_golden;
+    input.memory_tolerance = recipe_.compare.golden_memory;
+    input.skip_reason = golden_skip_;
+    const Fingerprint recorded = TraceFingerprint(*input.run);
+    if (recorded.key != fingerprint_.key) {
+      input.skip_reason = "the ranks ran under fingerprint " + recorded.key + ", not " +
+                          fingerprint_.key + " (differs in " +
+                          fingerprint_.DifferingFields(recorded) + ")";
+    }
+    input.rerun_with_probes = [this](int64_t iteration) {
+      return Rerun({baseline_, 1}, iteration, "golden_explain");
+    };
+    std::vector<CheckResult> results = CheckGoldens(input);
+    Record(results[0], {{baseline_, 1}, {"", 0}});
+    Record(results[1], {});
   }
 
   void Record(CheckResult check, std::vector<ComparedRun> runs) {
@@ -569,8 +591,7 @@ class RecipeRun {
   }
 
   void Localize() {
-    localize_budget_ = options_.localize_runs;
-    LocalizeFailures(checks_, pairs_, golden_ ? &*golden_ : nullptr,
+    LocalizeFailures(checks_, pairs_, golden(),
                      [this](const ComparedRun& run, int64_t iteration, const std::string& label) {
                        return Rerun(run, iteration, label);
                      });
@@ -676,6 +697,8 @@ class RecipeRun {
     for (CheckResult& c : checks_) {
       if (c.kind == CheckKind::kGolden && c.arm == baseline_) {
         golden = &c;
+      } else if (c.kind == CheckKind::kGoldenMemory) {
+        continue;  // against the golden being replaced
       } else if (c.verdict == Verdict::kFail || c.verdict == Verdict::kError) {
         ++failed;
       }
@@ -714,7 +737,7 @@ class RecipeRun {
     report.fingerprint = fingerprint_;
     report.baseline = baseline_;
     report.golden_path = golden_path_;
-    report.golden_present = golden_.has_value();
+    report.golden_present = golden() != nullptr;
     report.repeats = options_.repeats;
     for (const std::string& arm : arms_) {
       if (!runs_.count(arm)) continue;
@@ -767,7 +790,7 @@ class RecipeRun {
   Fingerprint fingerprint_;
   GoldenStore goldens_;
   std::string golden_path_;
-  std::optional<Trace> golden_;
+  GoldenLookup golden_lookup_;
   std::string golden_skip_;
   std::map<std::string, std::vector<ArmRun>> runs_;
   std::vector<CheckResult> checks_;

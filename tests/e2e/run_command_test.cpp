@@ -22,6 +22,8 @@
 #include "core/trace.h"
 #include "core/trace_keys.h"
 #include "harness/process.h"
+#include "tests/support/junit_reader.h"
+#include "tests/support/small_recipe_run.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
@@ -29,63 +31,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string SmallRecipeToml() {
-  return R"(
-name = "small"
-)" + testing::SmallModelTable(3, 1) +
-         R"([parallel]
-ep = 2
-timeout_s = 60
-[train]
-micro_batch = 2
-global_batch = 8
-iterations = 4
-[recompute]
-granularity = "full"
-method = "uniform"
-num_layers = 1
-[trace]
-dump_grads_at = [4]
-[arms.reference]
-engine = "reference"
-[arms.overlap]
-engine = "overlap"
-[[compare.memory]]
-arm = "overlap"
-at_most = 4.0
-)";
-}
-
-struct Junit {
-  pugi::xml_document doc;
-  // name -> "pass" / "failure" / "error" / "skipped", plus the message.
-  std::map<std::string, std::pair<std::string, std::string>> cases;
-};
-
-std::unique_ptr<Junit> ReadJunit(const std::string& path) {
-  auto junit = std::make_unique<Junit>();
-  EXPECT_TRUE(junit->doc.load_file(path.c_str())) << path;
-  for (const pugi::xpath_node& node : junit->doc.select_nodes("//testcase")) {
-    pugi::xml_node tc = node.node();
-    std::string verdict = "pass", message;
-    for (const char* kind : {"failure", "error", "skipped"}) {
-      if (pugi::xml_node child = tc.child(kind)) {
-        verdict = kind;
-        message = child.attribute("message").value();
-      }
-    }
-    junit->cases[tc.attribute("name").value()] = {verdict, message};
-  }
-  return junit;
-}
-
-void ExpectValidJunit(const std::string& path) {
-  testing::TempDir dir;
-  const std::string log = dir.File("xmllint.log");
-  const std::string command = "xmllint --noout --schema " + testing::SourceDir() +
-                              "/tests/data/junit.xsd " + path + " > " + log + " 2>&1";
-  EXPECT_EQ(std::system(command.c_str()), 0) << testing::ReadFile(log);
-}
+using testing::ExpectValidJunit;
+using testing::ReadJunit;
+using testing::SmallRecipeTest;
 
 TEST(RunCommand, DefaultRecipePassesEndToEnd) {
   testing::TempDir dir;
@@ -140,22 +88,6 @@ TEST(RunCommand, DefaultRecipePassesEndToEnd) {
   EXPECT_GE(report["checks"].size(), 6u);
 }
 
-class SmallRecipeTest : public ::testing::Test {
- protected:
-  void SetUp() override { recipe_ = dir_.Write("small.toml", SmallRecipeToml()); }
-
-  testing::CommandResult Run(const std::string& out, std::vector<std::string> extra = {},
-                             std::vector<std::pair<std::string, std::string>> env = {}) {
-    std::vector<std::string> args = {
-        "run", recipe_, "--out", dir_.File(out), "--golden-dir", dir_.File("golden"), "--quiet"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return testing::RunBitparity(args, env);
-  }
-
-  testing::TempDir dir_;
-  std::string recipe_;
-};
-
 TEST_F(SmallRecipeTest, OneUlpInOneRunFailsSelfReproductionAtThatElement) {
   testing::CommandResult r =
       Run("perturbed", {"--perturb",
@@ -184,115 +116,6 @@ TEST_F(SmallRecipeTest, OneUlpInOneRunFailsSelfReproductionAtThatElement) {
   }
   EXPECT_EQ(junit->cases["reference reproduces itself"].first, "pass");
   EXPECT_EQ(junit->cases["overlap vs reference: loss"].first, "pass");
-}
-
-TEST_F(SmallRecipeTest, GoldenLifecycle) {
-  // Record a golden from a clean run, then a clean run matches it.
-  testing::CommandResult update = Run("update", {"--update-golden"});
-  ASSERT_EQ(update.exit_code, 0) << update.output;
-  std::vector<fs::path> goldens;
-  for (const auto& e : fs::directory_iterator(dir_.File("golden/small"))) {
-    if (e.path().extension() == ".h5") goldens.push_back(e.path());  // beside the update's lock
-  }
-  ASSERT_EQ(goldens.size(), 1u);
-  const std::string golden = goldens[0].string();
-  Trace recorded = ReadTrace(golden);
-  EXPECT_FALSE(recorded.attribute("golden.git_revision").empty());
-  EXPECT_NE(recorded.attribute("golden.command_line").find("--update-golden"), std::string::npos);
-  EXPECT_FALSE(recorded.attribute("golden.created_utc").empty());
-
-  testing::CommandResult clean = Run("clean");
-  EXPECT_EQ(clean.exit_code, 0) << clean.output;
-  EXPECT_EQ(ReadJunit(dir_.File("clean/junit.xml"))->cases["golden: reference"].first, "pass");
-
-  // The same perturbation in both runs of the baseline: it reproduces itself, but disagrees with
-  // the other arm and with the golden, both localized to the same element.
-  testing::CommandResult both =
-      Run("both", {"--perturb",
-                   "reference:all:rank=0,iteration=4,param=layers.2.mlp.router,"
-                   "element=5,ulps=2"});
-  EXPECT_EQ(both.exit_code, 1) << both.output;
-  auto junit = ReadJunit(dir_.File("both/junit.xml"));
-  EXPECT_EQ(junit->cases["reference reproduces itself"].first, "pass");
-  for (const char* check : {"overlap vs reference: gradients", "golden: reference"}) {
-    const auto& [verdict, message] = junit->cases[check];
-    EXPECT_EQ(verdict, "failure") << check;
-    EXPECT_NE(message.find("iteration 4, rank 0: main grad of layers.2.mlp.router"),
-              std::string::npos)
-        << check << ": " << message;
-    EXPECT_NE(message.find("first differing element 5 [0, 5]"), std::string::npos) << message;
-    EXPECT_NE(message.find("(2 ulp)"), std::string::npos) << message;
-  }
-
-  // --update-golden from a run in which another check failed is refused, and the golden stays.
-  const std::string matching = testing::ReadFile(golden);
-  testing::CommandResult refused =
-      Run("refused", {"--update-golden", "--perturb",
-                      "overlap:2:rank=1,iteration=2,param=layers.1.attention.qkv,element=17"});
-  EXPECT_EQ(refused.exit_code, 1) << refused.output;
-  {
-    auto junit = ReadJunit(dir_.File("refused/junit.xml"));
-    const auto& [verdict, message] = junit->cases["golden: reference"];
-    EXPECT_EQ(verdict, "failure");
-    EXPECT_NE(message.find("not updated: 1 other check(s) failed"), std::string::npos) << message;
-    EXPECT_EQ(testing::ReadFile(golden), matching) << "a failing run must not write the golden";
-  }
-
-  // Replacing a golden that differs (every other check passing) is allowed, but the report says
-  // what the replaced golden disagreed on.
-  testing::CommandResult replaced =
-      Run("replaced", {"--update-golden", "--arms", "reference", "--perturb",
-                       "reference:all:rank=0,iteration=4,param=layers.2.mlp.router,element=5"});
-  EXPECT_EQ(replaced.exit_code, 0) << replaced.output;
-  {
-    EXPECT_EQ(ReadJunit(dir_.File("replaced/junit.xml"))->cases["golden: reference"].first, "pass");
-    EXPECT_NE(replaced.output.find("the golden it replaced differed"), std::string::npos)
-        << replaced.output;
-    EXPECT_NE(testing::ReadFile(golden), matching);
-    nlohmann::json report =
-        nlohmann::json::parse(testing::ReadFile(dir_.File("replaced/report.json")));
-    bool flagged = false;
-    for (const auto& check : report["checks"]) {
-      if (check["name"] == "golden: reference") {
-        flagged = check["figures"]["replaced_a_differing_golden"].get<bool>();
-        EXPECT_NE(check["summary"].get<std::string>().find("main grad of layers.2.mlp.router"),
-                  std::string::npos)
-            << check["summary"];
-      }
-    }
-    EXPECT_TRUE(flagged);
-  }
-
-  // A golden of another fingerprint does not apply: skipped, with the reason.
-  Trace other = ReadTrace(golden);
-  for (RankTrace& rank : other.ranks) rank.attributes["provenance.blas"] = "/opt/other/libblas.so";
-  fs::remove(golden);
-  WriteTrace(dir_.File("golden/small/cpu-000000000000.h5"), other);
-  testing::CommandResult skipped = Run("skipped");
-  EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
-  auto skipped_junit = ReadJunit(dir_.File("skipped/junit.xml"));
-  const auto& [verdict, message] = skipped_junit->cases["golden: reference"];
-  EXPECT_EQ(verdict, "skipped");
-  EXPECT_NE(message.find("cpu-000000000000.h5 (differs in blas)"), std::string::npos) << message;
-}
-
-TEST_F(SmallRecipeTest, CorruptGoldenIsBadInputAndLeftUnchanged) {
-  ASSERT_EQ(Run("update", {"--update-golden"}).exit_code, 0);
-  std::string golden;
-  for (const auto& e : fs::directory_iterator(dir_.File("golden/small"))) {
-    if (e.path().extension() == ".h5") golden = e.path().string();
-  }
-  fs::resize_file(golden, fs::file_size(golden) / 2);
-  const std::string before = testing::ReadFile(golden);
-  for (const char* out : {"corrupt", "corrupt_update"}) {
-    std::vector<std::string> extra;
-    if (std::string(out) == "corrupt_update") extra.push_back("--update-golden");
-    testing::CommandResult r = Run(out, extra);
-    EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_NE(r.output.find(golden), std::string::npos) << r.output;
-    EXPECT_EQ(testing::ReadFile(golden), before) << "an unusable golden must never be overwritten";
-    EXPECT_FALSE(fs::exists(dir_.File(out))) << "bad input writes nothing";
-  }
 }
 
 TEST_F(SmallRecipeTest, RanksTrainTheRecipeTextTheLauncherRead) {

@@ -4,9 +4,11 @@
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "core/errors.h"
 
@@ -15,6 +17,8 @@ namespace {
 
 std::atomic<bool> g_environment_pinned{false};
 std::atomic<CpuIsa> g_pinned_isa{CpuIsa::kAvx2};
+std::mutex g_pinned_here_mutex;
+std::vector<std::string> g_pinned_here;
 
 // The level's variables (core/cpu_isa.h): the kernels of ATen, oneDNN and MKL, each pinned to
 // the same instruction-set level; a library the level leaves unpinned (native) is not listed.
@@ -68,10 +72,16 @@ std::vector<EnvironmentSetting> EnvironmentSettings(const std::string& device, C
   return settings;
 }
 
-void CheckEnvironmentConflicts(const std::string& device, CpuIsa isa) {
+namespace {
+
+// InputError for the first pinned variable of the settings that this process's environment sets
+// to another value; variables named in `ignored` do not count.
+void RequireNoConflict(const std::string& device, CpuIsa isa,
+                       const std::vector<std::string>& ignored) {
   for (const EnvironmentSetting& s : EnvironmentSettings(device, isa)) {
     const char* current = std::getenv(s.name);
     if (!s.pinned || current == nullptr || *current == '\0') continue;
+    if (std::find(ignored.begin(), ignored.end(), s.name) != ignored.end()) continue;
     if (std::strcmp(current, s.value) != 0) {
       throw InputError(std::string("environment: ") + s.name + "=" + current + " conflicts with " +
                        s.name + "=" + s.value + " that bitparity pins (" + s.why + "); unset it");
@@ -79,18 +89,35 @@ void CheckEnvironmentConflicts(const std::string& device, CpuIsa isa) {
   }
 }
 
+}  // namespace
+
+void CheckEnvironmentConflicts(const std::string& device, CpuIsa isa) {
+  RequireNoConflict(device, isa, VariablesPinnedHere());
+}
+
 void PinEnvironment(const std::string& device, CpuIsa isa) {
-  CheckEnvironmentConflicts(device, isa);
+  RequireNoConflict(device, isa, {});
   RequireHostRuns(isa, "");
   for (const EnvironmentSetting& s : EnvironmentSettings(device, isa)) {
     const char* current = std::getenv(s.name);
-    if (current == nullptr || *current == '\0') ::setenv(s.name, s.value, /*overwrite=*/1);
+    if (current == nullptr || *current == '\0') {
+      ::setenv(s.name, s.value, /*overwrite=*/1);
+      std::lock_guard<std::mutex> lock(g_pinned_here_mutex);
+      if (std::find(g_pinned_here.begin(), g_pinned_here.end(), s.name) == g_pinned_here.end()) {
+        g_pinned_here.push_back(s.name);
+      }
+    }
   }
   g_pinned_isa.store(isa);
   g_environment_pinned.store(true);
 }
 
 CpuIsa PinnedCpuIsa() { return g_pinned_isa.load(); }
+
+std::vector<std::string> VariablesPinnedHere() {
+  std::lock_guard<std::mutex> lock(g_pinned_here_mutex);
+  return g_pinned_here;
+}
 
 std::string AtenCpuCapability() { return at::get_cpu_capability(); }
 

@@ -32,7 +32,8 @@ std::vector<EnvironmentSetting> EnvironmentSettings(const std::string& device,
 // InputError naming the variable, its value and the pinned value when this process's
 // environment sets a pinned variable of EnvironmentSettings(device, isa) to something else
 // ("environment: MKL_CBWR=AVX2 conflicts with MKL_CBWR=COMPATIBLE that bitparity pins (...)");
-// changes nothing. The launcher calls it before any rank starts.
+// changes nothing; a variable this process pinned for itself (VariablesPinnedHere) does not count,
+// as ranks do not inherit it. Called before any rank starts.
 void CheckEnvironmentConflicts(const std::string& device, CpuIsa isa);
 
 // Applies EnvironmentSettings(device, isa) to this process: sets every variable that is unset,
@@ -43,6 +44,11 @@ void PinEnvironment(const std::string& device, CpuIsa isa = CpuIsa::kAvx2);
 
 // The level this process pinned (kAvx2 before any PinEnvironment call).
 CpuIsa PinnedCpuIsa();
+
+// The variables PinEnvironment set in this process (those the user had not set). A process that
+// starts ranks (a test, a benchmark) removes them from the ranks' environment, so that each rank
+// pins its own recipe's level, not the one its parent pinned for itself.
+std::vector<std::string> VariablesPinnedHere();
 
 // Pins the intra-op thread count (bit patterns of large reductions depend on it), uses one
 // inter-op thread, and turns on deterministic algorithms (e.g. index_put_ with accumulate).

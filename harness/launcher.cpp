@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "core/atomic_file.h"
+#include "core/determinism.h"
 #include "core/errors.h"
 #include "core/recipe.h"
 #include "core/trace.h"
@@ -294,6 +295,8 @@ LaunchResult LaunchArm(const LaunchOptions& options) {
                                {"MASTER_ADDR", "127.0.0.1"}};
     if (world > 1) process.set_environment["MASTER_PORT"] = std::to_string(port);
     for (const auto& [key, value] : options.environment) process.set_environment[key] = value;
+    // What this process pinned for itself is not the rank's: it pins its recipe's level.
+    process.unset_environment = VariablesPinnedHere();
     process.output_path = logs.back();
     process.process_group = group;
     try {

@@ -1,7 +1,10 @@
 // The GEMM ceiling of this machine, measured rather than assumed: bf16 and fp32 GEMMs (x @ w^T,
 // as a linear layer runs them) at the GEMM shapes of the default and perf recipes and at one large
-// square shape, per intra-op thread count. The figure MFU is against comes from the same kind of
-// measurement in each rank (core/gemm_throughput.h).
+// square shape, per intra-op thread count; bf16 both as LibTorch's own GEMM ("bf16", oneDNN) and
+// on the pinned levels' path ("bf16_as_fp32": up-cast, one fp32 GEMM, rounded; model/gemm.h). The
+// figure MFU is against comes from the same kind of measurement in each rank
+// (core/gemm_throughput.h). The bench pins BITPARITY_BENCH_CPU_ISA (default avx2): oneDNN's bf16
+// GEMM is then capped at AVX2; BITPARITY_BENCH_CPU_ISA=native measures the host's best.
 //
 //   build/bitparity_bench --benchmark_filter=BM_Gemm --benchmark_repetitions=3
 
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "core/recipe.h"
+#include "model/gemm.h"
 
 namespace bitparity {
 namespace {
@@ -44,13 +48,17 @@ std::vector<NamedGemm> RecipeGemms(const std::string& recipe_name) {
   return gemms;
 }
 
-void RegisterGemm(const NamedGemm& g, at::ScalarType dtype, int threads) {
-  const std::string name = std::string("BM_Gemm/") + (dtype == at::kFloat ? "fp32" : "bf16") + "/" +
-                           g.name + "/" + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
-                           std::to_string(g.k) + "/threads:" + std::to_string(threads);
+// `path` kNative: LibTorch's mm; kFp32Accumulate: the pinned levels' bf16 GEMM.
+void RegisterGemm(const NamedGemm& g, at::ScalarType dtype, GemmPath path, int threads) {
+  const std::string type = dtype == at::kFloat                 ? "fp32"
+                           : path == GemmPath::kFp32Accumulate ? "bf16_as_fp32"
+                                                               : "bf16";
+  const std::string name = "BM_Gemm/" + type + "/" + g.name + "/" + std::to_string(g.m) + "x" +
+                           std::to_string(g.n) + "x" + std::to_string(g.k) +
+                           "/threads:" + std::to_string(threads);
   benchmark::RegisterBenchmark(
       name.c_str(),
-      [g, dtype, threads](benchmark::State& state) {
+      [g, dtype, path, threads](benchmark::State& state) {
         const int before = at::get_num_threads();
         at::set_num_threads(threads);
         const auto options = at::TensorOptions().dtype(dtype);
@@ -59,8 +67,13 @@ void RegisterGemm(const NamedGemm& g, at::ScalarType dtype, int threads) {
         const at::Tensor w =
             (at::arange(g.n * g.k).remainder(13) / 6.5 - 1.0).view({g.n, g.k}).to(options);
         at::Tensor y = at::empty({g.m, g.n}, options);
+        const gemm::GemmKernel& kernel = gemm::KernelFor(path);
         for (auto _ : state) {
-          at::mm_out(y, x, w.t());
+          if (path == GemmPath::kNative) {
+            at::mm_out(y, x, w.t());
+          } else {
+            y = kernel.Multiply(x, w.t());
+          }
           benchmark::DoNotOptimize(y.data_ptr());
         }
         at::set_num_threads(before);
@@ -79,9 +92,12 @@ void RegisterGemmBenchmarks() {
   for (const char* recipe : {"perf", "default"}) {
     for (const NamedGemm& g : RecipeGemms(recipe)) gemms.push_back(g);
   }
-  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+  const std::pair<at::ScalarType, GemmPath> kinds[] = {{at::kBFloat16, GemmPath::kNative},
+                                                       {at::kBFloat16, GemmPath::kFp32Accumulate},
+                                                       {at::kFloat, GemmPath::kNative}};
+  for (const auto& [dtype, path] : kinds) {
     for (int threads : {1, 2}) {
-      for (const NamedGemm& g : gemms) RegisterGemm(g, dtype, threads);
+      for (const NamedGemm& g : gemms) RegisterGemm(g, dtype, path, threads);
     }
   }
 }

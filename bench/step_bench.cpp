@@ -18,10 +18,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "core/determinism.h"
@@ -72,24 +74,26 @@ std::string BenchDevice() {
 }
 
 // The recipe's text with at least `iterations` iterations, no gradient dumps and the bench's
-// device, written next to the bench's traces (more steps for a stable median; dumps are not what
-// is measured).
-std::string WithIterations(const std::string& recipe, int64_t iterations, const fs::path& dir) {
+// device (and CPU level `cpu_isa`, unless empty), written next to the bench's traces (more steps
+// for a stable median; dumps are not what is measured).
+std::string WithIterations(const std::string& recipe, int64_t iterations, const fs::path& dir,
+                           const std::string& cpu_isa = "") {
   const Recipe r = LoadRecipe(recipe);
   const std::string path = (dir / fs::path(recipe).filename()).string();
-  std::ofstream(path) << EditRecipe(r.text,
-                                    {{"train.iterations", std::max(r.train.iterations, iterations)},
-                                     {"trace.dump_grads_at", std::monostate()},
-                                     {"parallel.device", BenchDevice()}},
-                                    recipe);
+  std::vector<RecipeEdit> edits = {{"train.iterations", std::max(r.train.iterations, iterations)},
+                                   {"trace.dump_grads_at", std::monostate()},
+                                   {"parallel.device", BenchDevice()}};
+  if (!cpu_isa.empty()) edits.push_back({"parallel.cpu_isa", cpu_isa});
+  std::ofstream(path) << EditRecipe(r.text, edits, recipe);
   return path;
 }
 
-StepFigures RunArm(const std::string& source_recipe, const std::string& arm, bool probes = false) {
+StepFigures RunArm(const std::string& source_recipe, const std::string& arm, bool probes = false,
+                   const std::string& cpu_isa = "") {
   const fs::path dir =
       fs::temp_directory_path() / ("bitparity_bench_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const std::string recipe = WithIterations(source_recipe, 4, dir);
+  const std::string recipe = WithIterations(source_recipe, 4, dir, cpu_isa);
   LaunchOptions launch;
   launch.executable = BITPARITY_BINARY;
   launch.worker.recipe_path = recipe;
@@ -230,6 +234,36 @@ void RegisterProbeCost(const std::string& name) {
       ->Unit(benchmark::kMillisecond);
 }
 
+// The cost of pinned numerics (BM_PinCost/<recipe>/reference): the reference arm at the recipe's
+// pinned CPU level (bf16 GEMMs as fp32 GEMMs through MKL's COMPATIBLE branch) and at "native"
+// (the host's best kernels), alternating within each repetition; pinned / native step time.
+void RegisterPinCost(const std::string& name) {
+  const std::string path = RecipePath(name);
+  const std::string pinned = ToString(LoadRecipe(path).parallel.cpu_isa);
+  benchmark::RegisterBenchmark(
+      ("BM_PinCost/" + name + "/reference").c_str(),
+      [path, pinned](benchmark::State& state) {
+        StepFigures native, pin;
+        for (auto _ : state) {
+          try {
+            native = RunArm(path, "reference", false, "native");
+            pin = RunArm(path, "reference", false, pinned);
+          } catch (const std::exception& e) {
+            state.SkipWithError(e.what());
+            return;
+          }
+          state.SetIterationTime(pin.step_seconds);
+        }
+        state.counters["step_ms_native"] = native.step_seconds * 1e3;
+        state.counters["step_ms_pinned"] = pin.step_seconds * 1e3;
+        state.counters["pinned_over_native"] =
+            native.step_seconds > 0 ? pin.step_seconds / native.step_seconds : 0;
+      })
+      ->Iterations(1)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
 // Cost vs work (BM_Scaling/<axis>/<size>): the reference arm of the default recipe with one
 // size changed at a time (iterations, decoder layers, hidden width, which scales the parameters),
 // run once through the launcher; the launcher's wall time, the peak tensor memory and the trace's
@@ -326,6 +360,18 @@ void RegisterGemmBenchmarks();  // bench/gemm_bench.cpp
 }  // namespace bitparity
 
 int main(int argc, char** argv) {
+  // The level this process pins for its own GEMM benchmarks (ranks pin their recipe's).
+  const char* isa = std::getenv("BITPARITY_BENCH_CPU_ISA");
+  const std::optional<bitparity::CpuIsa> level =
+      bitparity::ValueIn(bitparity::kCpuIsaNames, isa != nullptr && *isa != '\0' ? isa : "avx2");
+  if (!level) {
+    std::fprintf(stderr,
+                 "BITPARITY_BENCH_CPU_ISA=%s: not a CPU level (sse4_2, avx2, avx512, "
+                 "native)\n",
+                 isa);
+    return 2;
+  }
+  bitparity::PinEnvironment("cpu", *level);
   bitparity::ConfigureDeterminism(1);
   bitparity::RegisterRecipe("default");
   bitparity::RegisterRecipe("memory");
@@ -333,6 +379,8 @@ int main(int argc, char** argv) {
   bitparity::RegisterGemmBenchmarks();
   bitparity::RegisterScaling();
   bitparity::RegisterProbeCost("default");
+  bitparity::RegisterPinCost("default");
+  bitparity::RegisterPinCost("perf");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -5,7 +5,9 @@
 // golden is bad input and never overwritten; an environment that unpins a library is bad input.
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -176,6 +178,28 @@ TEST_F(SmallRecipeTest, CorruptGoldenIsBadInputAndLeftUnchanged) {
     EXPECT_EQ(testing::ReadFile(golden), before) << "an unusable golden must never be overwritten";
     EXPECT_FALSE(fs::exists(dir_.File(out))) << "bad input writes nothing";
   }
+}
+
+// ci/gate requires goldens: a recipe whose only golden is of another fingerprint fails it, and
+// the summary counts the golden checks.
+TEST_F(SmallRecipeTest, CiGateFailsARecipeWithoutAGoldenForThisFingerprint) {
+  ASSERT_EQ(Run("update", {"--update-golden", "--arms", "reference"}).exit_code, 0);
+  Trace other = ReadTrace(GoldenIn(dir_.File("golden")));
+  for (RankTrace& rank : other.ranks) rank.attributes["provenance.onednn_version"] = "0.0";
+  fs::remove_all(dir_.File("golden/small"));
+  WriteTrace(dir_.File("golden/small/cpu-000000000000.h5"), other);
+  fs::create_directories(dir_.File("recipes"));
+  const std::string recipe = dir_.Write("recipes/small.toml", testing::SmallRecipeToml());
+  const std::string command = testing::SourceDir() + "/ci/gate --out " + dir_.File("gate") + " " +
+                              recipe + " > " + dir_.File("gate.log") + " 2>&1";
+  const int status = std::system(command.c_str());
+  const std::string log = testing::ReadFile(dir_.File("gate.log"));
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << log;
+  EXPECT_NE(log.find("gate: 1 golden check(s): 0 passed, 1 failed, 0 skipped"), std::string::npos)
+      << log;
+  EXPECT_EQ(ReadJunit(dir_.File("gate/junit/small.xml"))->cases["golden: reference"].first,
+            "failure");
 }
 
 TEST_F(SmallRecipeTest, GoldensHoldPeakMemoryToTheRecipesTolerance) {

@@ -1,5 +1,5 @@
-// `bitparity info` names this build's LibTorch (a 2.x), its BLAS with the pinned reproducibility
-// mode, and whether the GPU path was built: with a LibTorch that has CUDA (PyPI's wheel) it must
+// `bitparity info` names this build's LibTorch (a 2.x), its BLAS and oneDNN, what every CPU level
+// pins, and whether the GPU path was built: with a LibTorch that has CUDA (PyPI's wheel) it must
 // be, so that the GPU code keeps compiling where no GPU exists.
 
 #include <gtest/gtest.h>
@@ -15,7 +15,20 @@ TEST(InfoCommand, NamesLibTorchBlasAndTheGpuPath) {
   testing::CommandResult info = testing::RunBitparity({"info"});
   ASSERT_EQ(info.exit_code, 0) << info.output;
   EXPECT_NE(info.output.find("LibTorch:    2."), std::string::npos) << info.output;
-  EXPECT_NE(info.output.find("MKL_CBWR=AUTO,STRICT (pinned)"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("BLAS:        mkl "), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("; oneDNN "), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("[parallel] cpu_isa (default avx2) pins, in every rank:"),
+            std::string::npos)
+      << info.output;
+  EXPECT_NE(info.output.find("  avx2     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 "
+                             "MKL_CBWR=COMPATIBLE; bf16 GEMMs as fp32 GEMMs (fp32 accumulation)"),
+            std::string::npos)
+      << info.output;
+  EXPECT_NE(
+      info.output.find("  native   ATEN_CPU_CAPABILITY=(host's best) ONEDNN_MAX_CPU_ISA=(host's "
+                       "best) MKL_CBWR=AUTO,STRICT; bf16 GEMMs oneDNN's own"),
+      std::string::npos)
+      << info.output;
   const std::string gpu_path = BITPARITY_GPU_PATH ? "GPU path:    built" : "GPU path:    not built";
   EXPECT_NE(info.output.find(gpu_path), std::string::npos) << info.output;
 }
@@ -27,12 +40,10 @@ TEST(InfoCommand, AnUnknownCommandIsBadInputNamingTheWord) {
       << r.output;
 }
 
-TEST(InfoCommand, AConflictingPinnedVariableIsBadInput) {
-  testing::CommandResult info = testing::RunBitparity({"info"}, {{"MKL_CBWR", "COMPATIBLE"}});
-  EXPECT_EQ(info.exit_code, 2) << info.output;
-  EXPECT_NE(info.output.find("MKL_CBWR=COMPATIBLE conflicts with MKL_CBWR=AUTO,STRICT"),
-            std::string::npos)
-      << info.output;
+// info reads this process and pins nothing: a user's MKL_CBWR does not stop it.
+TEST(InfoCommand, PinsNothingOfItsOwn) {
+  testing::CommandResult info = testing::RunBitparity({"info"}, {{"MKL_CBWR", "AVX2"}});
+  EXPECT_EQ(info.exit_code, 0) << info.output;
 }
 
 }  // namespace

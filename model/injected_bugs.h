@@ -2,7 +2,7 @@
 #define BITPARITY_MODEL_INJECTED_BUGS_H_
 
 // Test hooks that bring back, one at a time, the silent bugs met while building the overlap path
-// (research/parity-prototype.md and the seed), so that tests can show the parity checks catch
+// (and the seed's own), so that tests can show the parity checks catch
 // each of them. Off unless a test sets them, or BITPARITY_INJECT_BUG names them (comma-separated)
 // in a rank's environment (parsed with the other developer switches, runtime/debug_switches.h).
 // None is read on the algorithm's lines: the model takes its share through its constructor, the

@@ -12,9 +12,9 @@
 // exit contracts the streams with learned weights (sigmoid(scale * (rms(x) fn^T) + base)).
 //
 // Every tensor these functions read more than twice reaches them through ops::Fanout, so that
-// its gradient contributions are summed in a fixed order (the funnel rule of
-// research/parity-prototype.md): the two arms cut the graph in different places, and the
-// autograd engine's order would then differ.
+// its gradient contributions are summed in a fixed order (docs/design.md, the rules of parity):
+// the two arms cut the graph in different places, and the autograd engine's order would then
+// differ.
 
 #include <ATen/ATen.h>
 

@@ -1,6 +1,5 @@
 #include "model/ops.h"
 
-#include <ATen/BlasBackend.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -10,8 +9,7 @@
 #include "core/cuda_support.h"
 #include "core/errors.h"
 #include "core/flop_count.h"
-#include "core/fp8.h"
-#include "core/fp8_tensor.h"
+#include "model/fp8_linear.h"
 #include "model/gemm.h"
 
 namespace bitparity {
@@ -29,8 +27,7 @@ int64_t SinkHandle(DelayedWgrads* sink) {
   return static_cast<int64_t>(reinterpret_cast<intptr_t>(sink));
 }
 DelayedWgrads* SinkOf(AutogradContext* ctx) {
-  return reinterpret_cast<DelayedWgrads*>(
-      static_cast<intptr_t>(ctx->saved_data["wgrad_sink"].toInt()));
+  return WgradSinkOf(ctx->saved_data["wgrad_sink"].toInt());
 }
 
 class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
@@ -92,149 +89,6 @@ class FanoutFunction : public torch::autograd::Function<FanoutFunction> {
       sum = sum.defined() ? sum + g : g;
     }
     return {sum, at::Tensor()};
-  }
-};
-
-// Every element replaced by the value its FP8 code stands for, with blocks of
-// block_rows x block_cols along a [rows, cols] matrix; returned in bf16 (exact there). On the
-// CPU the software emulation of core/fp8.h; elsewhere the tensor quantizer of core/fp8_tensor.h,
-// which gives the same bits (tests/core/fp8_oracle_test.cpp).
-at::Tensor Fp8RoundTrip(const at::Tensor& matrix, int64_t block_rows, int64_t block_cols,
-                        fp8::Scaling scaling) {
-  if (!matrix.is_cpu()) {
-    return fp8::Dequantize(fp8::QuantizeBlocks(matrix, block_rows, block_cols, scaling))
-        .to(at::kBFloat16);
-  }
-  at::Tensor values = matrix.to(at::kFloat).contiguous().clone();
-  fp8::QuantizeDequantize(values.data_ptr<float>(), values.size(0), values.size(1), block_rows,
-                          block_cols, scaling);
-  return values.to(at::kBFloat16);
-}
-
-// a @ b^T on FP8 tensor cores (sm_90, cuBLASLt's blockwise scaling), bf16 out with fp32
-// accumulation: `a` [m, k] quantized in 1 x 128 tiles along k, `b` [n, k] in 128 x 128 blocks or
-// 1 x 128 tiles along k; k a multiple of 128 (callers pad), n a multiple of 16.
-at::Tensor NativeBlockwiseGemm(const fp8::QuantizedMatrix& a, const fp8::QuantizedMatrix& b) {
-  using ScalingType = at::blas::ScalingType;
-  const int64_t m = a.codes.size(0), n = b.codes.size(0), k = a.codes.size(1);
-  if (m == 0 || n == 0 || k == 0) {  // an expert without tokens
-    return at::zeros({m, n}, a.codes.options().dtype(at::kBFloat16));
-  }
-  const int64_t k_blocks = k / 128, k_blocks_padded = (k_blocks + 3) / 4 * 4;
-  // cuBLASLt wants row-major a, column-major b, and scales that run along m (a) and along the
-  // reduction blocks (b), the latter padded to a multiple of 4.
-  at::Tensor a_scales = a.scales.t().contiguous().t();  // [m, k / 128], strides (1, m)
-  at::Tensor b_scales;
-  int64_t b_recipe;
-  if (b.block_rows == 128) {
-    b_scales = at::constant_pad_nd(b.scales, {0, k_blocks_padded - k_blocks}, 0.0)
-                   .contiguous()
-                   .t();  // [round_up(k / 128, 4), n / 128], strides (1, round_up(k / 128, 4))
-    b_recipe = static_cast<int64_t>(ScalingType::BlockWise128x128);
-  } else {
-    b_scales = b.scales.t().contiguous().t();  // [n, k / 128], strides (1, n)
-    b_recipe = static_cast<int64_t>(ScalingType::BlockWise1x128);
-  }
-  const int64_t a_recipe = static_cast<int64_t>(ScalingType::BlockWise1x128);
-  return at::_scaled_mm_v2(a.codes.contiguous(), b.codes.contiguous().t(), {a_scales}, {a_recipe},
-                           {}, {b_scales}, {b_recipe}, {}, std::nullopt, at::kBFloat16, {},
-                           /*use_fast_accum=*/false);
-}
-
-// [rows, cols] with zero columns appended up to a multiple of 128 (quantization blocks along the
-// columns keep their amax, so their codes do not change; the zeros add nothing to a GEMM).
-at::Tensor PadColumnsTo128(const at::Tensor& t) {
-  const int64_t pad = (128 - t.size(1) % 128) % 128;
-  return pad == 0 ? t : at::constant_pad_nd(t, {0, pad}, 0.0);
-}
-
-// The FP8 GEMMs of a linear layer: each GEMM (forward, dgrad, wgrad) quantizes both operands
-// from the high-precision tensors, in blocks along its reduction dimension.
-//   blockwise: activations and gradients in 1 x 128 tiles, weights in 128 x 128 blocks.
-//   mxfp8:     every operand in 1 x 32 blocks along the reduction dimension.
-// Emulated, the dequantized values are multiplied in bf16 with fp32 accumulation (model/gemm.h);
-// native (blockwise only), the same codes and scales go to the tensor cores.
-class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
- public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            int64_t recipe, bool native) {
-    const auto precision = static_cast<PrecisionRecipe>(recipe);
-    const int64_t k = x.size(-1);
-    at::Tensor x2 = x.reshape({-1, k});
-    at::Tensor y;
-    const auto s =
-        precision == PrecisionRecipe::kBlockwise ? fp8::Scaling::kBlockwise : fp8::Scaling::kMx;
-    if (native) {
-      y = NativeBlockwiseGemm(fp8::QuantizeBlocks(x2, 1, 128, s),
-                              fp8::QuantizeBlocks(weight, 128, 128, s));
-    } else if (precision == PrecisionRecipe::kBlockwise) {
-      y = gemm::Multiply(Fp8RoundTrip(x2, 1, 128, s), Fp8RoundTrip(weight, 128, 128, s).t());
-    } else {
-      y = gemm::Multiply(Fp8RoundTrip(x2, 1, 32, s), Fp8RoundTrip(weight, 1, 32, s).t());
-    }
-    ctx->save_for_backward({x2, weight});
-    ctx->saved_data["wgrad_sink"] = SinkHandle(delayed_wgrad_sink);
-    ctx->saved_data["recipe"] = recipe;
-    ctx->saved_data["native"] = native;
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape.back() = weight.size(0);
-    return y.view(shape);
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list saved = ctx->get_saved_variables();
-    const at::Tensor x2 = saved[0];
-    const at::Tensor weight = saved[1];
-    const auto precision = static_cast<PrecisionRecipe>(ctx->saved_data["recipe"].toInt());
-    const bool native = ctx->saved_data["native"].toBool();
-    const int64_t n = weight.size(0);
-    const at::Tensor g = grads[0].to(at::kBFloat16).reshape({-1, n}).contiguous();
-    const at::Tensor dx = Dgrad(g, weight, precision, native);
-    auto wgrad = [g, x2, weight, precision, native] {
-      return Wgrad(g, x2, precision, native).to(weight.scalar_type());
-    };
-    at::Tensor dw;
-    if (DelayedWgrads* sink = SinkOf(ctx)) {
-      sink->Push(weight, std::move(wgrad));
-    } else {
-      dw = wgrad();
-    }
-    std::vector<int64_t> shape = grads[0].sizes().vec();
-    shape.back() = weight.size(1);
-    return {dx.view(shape).to(grads[0].scalar_type()), dw, at::Tensor(), at::Tensor()};
-  }
-
- private:
-  // dgrad reduces over the output features.
-  static at::Tensor Dgrad(const at::Tensor& g, const at::Tensor& weight, PrecisionRecipe precision,
-                          bool native) {
-    if (native) {
-      const auto s = fp8::Scaling::kBlockwise;
-      return NativeBlockwiseGemm(fp8::QuantizeBlocks(g, 1, 128, s),
-                                 fp8::QuantizeBlocks(weight.t(), 128, 128, s));
-    }
-    if (precision == PrecisionRecipe::kBlockwise) {
-      const auto s = fp8::Scaling::kBlockwise;
-      return gemm::Multiply(Fp8RoundTrip(g, 1, 128, s), Fp8RoundTrip(weight, 128, 128, s));
-    }
-    const auto s = fp8::Scaling::kMx;
-    return gemm::Multiply(Fp8RoundTrip(g, 1, 32, s), Fp8RoundTrip(weight, 32, 1, s));
-  }
-
-  // wgrad reduces over the tokens (padded to 128 for the tensor cores).
-  static at::Tensor Wgrad(const at::Tensor& g, const at::Tensor& x2, PrecisionRecipe precision,
-                          bool native) {
-    if (native) {
-      const auto s = fp8::Scaling::kBlockwise;
-      return NativeBlockwiseGemm(fp8::QuantizeBlocks(PadColumnsTo128(g.t()), 1, 128, s),
-                                 fp8::QuantizeBlocks(PadColumnsTo128(x2.t()), 1, 128, s));
-    }
-    if (precision == PrecisionRecipe::kBlockwise) {
-      const auto s = fp8::Scaling::kBlockwise;
-      return gemm::Multiply(Fp8RoundTrip(g, 128, 1, s).t(), Fp8RoundTrip(x2, 128, 1, s));
-    }
-    const auto s = fp8::Scaling::kMx;
-    return gemm::Multiply(Fp8RoundTrip(g, 32, 1, s).t(), Fp8RoundTrip(x2, 32, 1, s));
   }
 };
 
@@ -334,6 +188,12 @@ DelayWgradScope::DelayWgradScope(DelayedWgrads* sink) : previous_(delayed_wgrad_
 }
 DelayWgradScope::~DelayWgradScope() { delayed_wgrad_sink = previous_; }
 
+int64_t CurrentWgradSinkHandle() { return SinkHandle(delayed_wgrad_sink); }
+
+DelayedWgrads* WgradSinkOf(int64_t handle) {
+  return reinterpret_cast<DelayedWgrads*>(static_cast<intptr_t>(handle));
+}
+
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return RmsNormFunction::apply(x, weight, eps);
 }
@@ -374,8 +234,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const Precision
       return LinearFunction::apply(x, weight);
     case PrecisionRecipe::kBlockwise:
     case PrecisionRecipe::kMxfp8:
-      return Fp8LinearFunction::apply(x, weight, static_cast<int64_t>(precision.recipe),
-                                      precision.native_fp8());
+      return Fp8Linear(x, weight, precision);
   }
   throw std::logic_error("Linear: unknown precision recipe");
 }

@@ -4,7 +4,7 @@
 // Op-level building blocks shared by both arms. Every op is deterministic on CPU for a fixed
 // thread count, and every op whose input is used several times internally is a single autograd
 // node (RmsNorm), so that a tensor crossing a node boundary receives one gradient contribution
-// per use (the funnel rule of research/parity-prototype.md).
+// per use (docs/design.md, the rules of parity).
 
 #include <ATen/ATen.h>
 
@@ -73,6 +73,11 @@ class DelayWgradScope {
  private:
   DelayedWgrads* previous_;
 };
+
+// The sink of the thread's innermost DelayWgradScope as a number an autograd Function keeps in
+// its context for its backward (which may run on another thread; 0: none), and back.
+int64_t CurrentWgradSinkHandle();
+DelayedWgrads* WgradSinkOf(int64_t handle);
 
 // Counts (core/flop_count.h) the GEMM x @ weight^T, x: [..., k], weight: [n, k]; and the batched
 // product a @ b, a: [..., m, k], b: [..., k, n] (b broadcast over a's batch). With gradients on,

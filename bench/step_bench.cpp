@@ -268,7 +268,7 @@ void RegisterPinCost(const std::string& name) {
 // size changed at a time (iterations, decoder layers, hidden width, which scales the parameters),
 // run once through the launcher; the launcher's wall time, the peak tensor memory and the trace's
 // bytes, with the parameter count, so that the slope of each against the work shows whether the
-// harness adds a superlinear term (the README's table).
+// harness adds a superlinear term (the table in docs/performance.md).
 void RegisterScaling() {
   struct Axis {
     const char* name;

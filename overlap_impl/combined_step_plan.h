@@ -24,8 +24,8 @@
 // Each all-to-all is started when issued and waited for by the first node that needs its
 // result, so it runs under the compute node issued after it: combine_bwd(k) | attn_fwd(k+1),
 // dispatch_fwd(k+1) | mlp_bwd(k), dispatch_bwd(k) | mlp_fwd(k+1), combine_fwd(k+1) |
-// attn_bwd(k), Megatron's pairs. The one change from Megatron's CPU issue order (research
-// §1.4) is that dispatch forward is issued before mlp backward: on a GPU the comm stream
+// attn_bwd(k), Megatron's pairs. The one change from Megatron's CPU issue order
+// (its combined 1F1B schedule) is that dispatch forward is issued before mlp backward: on a GPU the comm stream
 // overlaps them whatever the issue order; on a CPU a compute node blocks while it runs.
 //
 // The step ends as Megatron's does: the forward's send to the next stage with the next step's

@@ -1,8 +1,8 @@
 #ifndef BITPARITY_OVERLAP_IMPL_STALE_ROUTING_FAULT_H_
 #define BITPARITY_OVERLAP_IMPL_STALE_ROUTING_FAULT_H_
 
-// The silent bug of a token dispatcher shared by all microbatches (research/parity-prototype.md
-// §6, leak 1), re-created for OverlapBugs::stale_routing_metadata: each layer keeps one routing
+// The silent bug of a token dispatcher shared by all microbatches (met while building the overlap
+// path), re-created for OverlapBugs::stale_routing_metadata: each layer keeps one routing
 // plan, the last one built by whichever microbatch ran its attn forward last, and the combine's
 // unpermutation reads it when its backward runs, the way a shared dispatcher object reads its
 // reversed_local_input_permutation_mapping. Silent with the alltoall dispatcher: every

@@ -1,4 +1,4 @@
-// Each silent bug met while building the overlap path (research/parity-prototype.md, the seed)
+// Each silent bug met while building the overlap path (and the seed's own)
 // is re-created through InjectedBugs and must be caught: either the arms stop agreeing bit for
 // bit, or the run fails outright. Without the bug the same configuration agrees (the parity
 // matrix checks that for every configuration).

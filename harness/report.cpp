@@ -348,7 +348,7 @@ std::string JunitReport(const std::vector<RunReport>& reports) {
       } else if (c.verdict == Verdict::kSkipped) {
         t.append_child("skipped").append_attribute("message") = c.summary.c_str();
       } else {
-        operations = body + "\n" + operations;
+        operations = operations.empty() ? body : body + "\n" + operations;
       }
       if (!operations.empty()) {
         t.append_child("system-out").append_child(pugi::node_pcdata).set_value(operations.c_str());

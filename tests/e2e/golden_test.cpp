@@ -187,6 +187,7 @@ TEST_F(SmallRecipeTest, CiGateFailsARecipeWithoutAGoldenForThisFingerprint) {
   Trace other = ReadTrace(GoldenIn(dir_.File("golden")));
   for (RankTrace& rank : other.ranks) rank.attributes["provenance.onednn_version"] = "0.0";
   fs::remove_all(dir_.File("golden/small"));
+  fs::create_directories(dir_.File("golden/small"));
   WriteTrace(dir_.File("golden/small/cpu-000000000000.h5"), other);
   fs::create_directories(dir_.File("recipes"));
   const std::string recipe = dir_.Write("recipes/small.toml", testing::SmallRecipeToml());

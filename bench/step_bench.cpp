@@ -205,63 +205,60 @@ void RegisterRecipe(const std::string& name) {
   }
 }
 
-// The cost of node probes: the overlap arm of `name` with probes off and on, alternating within
-// each repetition so that both see the same machine; the step-time ratio on / off is the
-// overhead (reported, not gated).
-void RegisterProbeCost(const std::string& name) {
-  const std::string path = RecipePath(name);
-  benchmark::RegisterBenchmark(("BM_ProbeCost/" + name + "/overlap").c_str(),
-                               [path](benchmark::State& state) {
-                                 StepFigures off, on;
-                                 for (auto _ : state) {
-                                   try {
-                                     off = RunArm(path, "overlap", /*probes=*/false);
-                                     on = RunArm(path, "overlap", /*probes=*/true);
-                                   } catch (const std::exception& e) {
-                                     state.SkipWithError(e.what());
-                                     return;
-                                   }
-                                   state.SetIterationTime(on.step_seconds);
-                                 }
-                                 state.counters["step_ms_probes_off"] = off.step_seconds * 1e3;
-                                 state.counters["step_ms_probes_on"] = on.step_seconds * 1e3;
-                                 state.counters["probe_overhead"] =
-                                     off.step_seconds > 0 ? on.step_seconds / off.step_seconds - 1
-                                                          : 0;
-                               })
+// One way to run an arm within an alternating benchmark: its counter's suffix and the run's
+// settings.
+struct RunVariant {
+  std::string counter;  // step_ms_<counter>
+  bool probes = false;
+  std::string cpu_isa;  // "" the recipe's
+};
+
+// `benchmark_name`: `arm` of the recipe at `path` run as `first` and as `second`, alternating
+// within each repetition so that both see the same machine; their median steps as counters and
+// `ratio_name` = second / first + `ratio_offset` (reported, not gated).
+void RegisterAlternating(const std::string& benchmark_name, const std::string& path,
+                         const std::string& arm, const RunVariant& first, const RunVariant& second,
+                         const std::string& ratio_name, double ratio_offset) {
+  benchmark::RegisterBenchmark(
+      benchmark_name.c_str(),
+      [=](benchmark::State& state) {
+        StepFigures a, b;
+        for (auto _ : state) {
+          try {
+            a = RunArm(path, arm, first.probes, first.cpu_isa);
+            b = RunArm(path, arm, second.probes, second.cpu_isa);
+          } catch (const std::exception& e) {
+            state.SkipWithError(e.what());
+            return;
+          }
+          state.SetIterationTime(b.step_seconds);
+        }
+        state.counters["step_ms_" + first.counter] = a.step_seconds * 1e3;
+        state.counters["step_ms_" + second.counter] = b.step_seconds * 1e3;
+        state.counters[ratio_name] =
+            a.step_seconds > 0 ? b.step_seconds / a.step_seconds + ratio_offset : 0;
+      })
       ->Iterations(1)
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
 }
 
-// The cost of pinned numerics (BM_PinCost/<recipe>/reference): the reference arm at the recipe's
-// pinned CPU level (bf16 GEMMs as fp32 GEMMs through MKL's COMPATIBLE branch) and at "native"
-// (the host's best kernels), alternating within each repetition; pinned / native step time.
+// The cost of node probes (BM_ProbeCost/<recipe>/overlap): the overlap arm with probes off and
+// on; probe_overhead = on / off - 1.
+void RegisterProbeCost(const std::string& name) {
+  RegisterAlternating("BM_ProbeCost/" + name + "/overlap", RecipePath(name), "overlap",
+                      {"probes_off", false, ""}, {"probes_on", true, ""}, "probe_overhead", -1.0);
+}
+
+// The cost of pinned numerics (BM_PinCost/<recipe>/reference): the reference arm at "native"
+// (the host's best kernels) and at the recipe's pinned CPU level (bf16 GEMMs as fp32 GEMMs
+// through MKL's COMPATIBLE branch); pinned_over_native.
 void RegisterPinCost(const std::string& name) {
   const std::string path = RecipePath(name);
   const std::string pinned = ToString(LoadRecipe(path).parallel.cpu_isa);
-  benchmark::RegisterBenchmark(
-      ("BM_PinCost/" + name + "/reference").c_str(),
-      [path, pinned](benchmark::State& state) {
-        StepFigures native, pin;
-        for (auto _ : state) {
-          try {
-            native = RunArm(path, "reference", false, "native");
-            pin = RunArm(path, "reference", false, pinned);
-          } catch (const std::exception& e) {
-            state.SkipWithError(e.what());
-            return;
-          }
-          state.SetIterationTime(pin.step_seconds);
-        }
-        state.counters["step_ms_native"] = native.step_seconds * 1e3;
-        state.counters["step_ms_pinned"] = pin.step_seconds * 1e3;
-        state.counters["pinned_over_native"] =
-            native.step_seconds > 0 ? pin.step_seconds / native.step_seconds : 0;
-      })
-      ->Iterations(1)
-      ->UseManualTime()
-      ->Unit(benchmark::kMillisecond);
+  RegisterAlternating("BM_PinCost/" + name + "/reference", path, "reference",
+                      {"native", false, "native"}, {"pinned", false, pinned}, "pinned_over_native",
+                      0.0);
 }
 
 // Cost vs work (BM_Scaling/<axis>/<size>): the reference arm of the default recipe with one

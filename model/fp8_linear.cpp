@@ -210,12 +210,8 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     auto wgrad = [g, x2, weight, &recipe, &gemms] {
       return gemms.Wgrad(g, x2, recipe).to(weight.scalar_type());
     };
-    at::Tensor dw;
-    if (DelayedWgrads* sink = WgradSinkOf(ctx->saved_data["wgrad_sink"].toInt())) {
-      sink->Push(weight, std::move(wgrad));
-    } else {
-      dw = wgrad();
-    }
+    const at::Tensor dw =
+        WeightGradientNowOrLater(ctx->saved_data["wgrad_sink"].toInt(), weight, std::move(wgrad));
     std::vector<int64_t> shape = grads[0].sizes().vec();
     shape.back() = weight.size(1);
     return {dx.view(shape).to(grads[0].scalar_type()), dw, at::Tensor(), at::Tensor()};

@@ -21,15 +21,6 @@ using torch::autograd::variable_list;
 
 thread_local DelayedWgrads* delayed_wgrad_sink = nullptr;
 
-// The sink a Function's forward found, kept in its context for its backward (which may run on
-// another thread).
-int64_t SinkHandle(DelayedWgrads* sink) {
-  return static_cast<int64_t>(reinterpret_cast<intptr_t>(sink));
-}
-DelayedWgrads* SinkOf(AutogradContext* ctx) {
-  return WgradSinkOf(ctx->saved_data["wgrad_sink"].toInt());
-}
-
 class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
@@ -104,7 +95,7 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     const at::Tensor x2 = x.reshape({-1, k});
     at::Tensor y = gemm::Multiply(x2, weight.t());
     ctx->save_for_backward({x2, weight});
-    ctx->saved_data["wgrad_sink"] = SinkHandle(delayed_wgrad_sink);
+    ctx->saved_data["wgrad_sink"] = CurrentWgradSinkHandle();
     ctx->saved_data["x_shape"] = x.sizes().vec();
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = weight.size(0);
@@ -131,12 +122,8 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     };
     at::Tensor dw;
     if (ctx->needs_input_grad(1)) {
-      DelayedWgrads* sink = SinkOf(ctx);
-      if (sink != nullptr) {
-        sink->Push(weight, std::move(wgrad));
-      } else {
-        dw = wgrad();
-      }
+      dw =
+          WeightGradientNowOrLater(ctx->saved_data["wgrad_sink"].toInt(), weight, std::move(wgrad));
     }
     return {dx, dw};
   }
@@ -188,10 +175,21 @@ DelayWgradScope::DelayWgradScope(DelayedWgrads* sink) : previous_(delayed_wgrad_
 }
 DelayWgradScope::~DelayWgradScope() { delayed_wgrad_sink = previous_; }
 
-int64_t CurrentWgradSinkHandle() { return SinkHandle(delayed_wgrad_sink); }
+int64_t CurrentWgradSinkHandle() {
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(delayed_wgrad_sink));
+}
 
 DelayedWgrads* WgradSinkOf(int64_t handle) {
   return reinterpret_cast<DelayedWgrads*>(static_cast<intptr_t>(handle));
+}
+
+at::Tensor WeightGradientNowOrLater(int64_t sink_handle, const at::Tensor& weight,
+                                    std::function<at::Tensor()> compute) {
+  if (DelayedWgrads* sink = WgradSinkOf(sink_handle)) {
+    sink->Push(weight, std::move(compute));
+    return at::Tensor();
+  }
+  return compute();
 }
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {

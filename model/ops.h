@@ -79,6 +79,11 @@ class DelayWgradScope {
 int64_t CurrentWgradSinkHandle();
 DelayedWgrads* WgradSinkOf(int64_t handle);
 
+// A linear layer's weight gradient from its backward: `compute`d now and returned, or, when
+// `sink_handle` (its forward's CurrentWgradSinkHandle) names a sink, left to it (undefined).
+at::Tensor WeightGradientNowOrLater(int64_t sink_handle, const at::Tensor& weight,
+                                    std::function<at::Tensor()> compute);
+
 // Counts (core/flop_count.h) the GEMM x @ weight^T, x: [..., k], weight: [n, k]; and the batched
 // product a @ b, a: [..., m, k], b: [..., k, n] (b broadcast over a's batch). With gradients on,
 // one backward GEMM per operand that requires a gradient. Linear and CausalSelfAttention count

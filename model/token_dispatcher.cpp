@@ -47,10 +47,12 @@ struct RoutingShape {
         ep(layout.ep_size),
         local(layout.experts_per_rank),
         device(hidden.device()),
-        host_experts(routing.topk_experts.cpu()) {}
+        host_experts(routing.topk_experts.cpu()),
+        experts(host_experts.accessor<int64_t, 2>()) {}
   int64_t T, k, E, ep, local;
   at::Device device;
-  at::Tensor host_experts;  // [T, k] int64
+  at::Tensor host_experts;                 // [T, k] int64
+  at::TensorAccessor<int64_t, 2> experts;  // host_experts[t][j]: token t's j-th expert
 };
 
 class AllToAllTokenDispatcher : public TokenDispatcher {
@@ -58,38 +60,38 @@ class AllToAllTokenDispatcher : public TokenDispatcher {
   DispatchPayload Permute(const at::Tensor& hidden, const RouterResult& routing,
                           const ParallelLayout& layout, Communicator& comm,
                           RoutingPlan* plan) const override {
-    const RoutingShape r(hidden, routing, layout);
-    const int64_t T = r.T, k = r.k, E = r.E, ep = r.ep, local = r.local;
-    const at::Device device = r.device;
-    auto idx = r.host_experts.accessor<int64_t, 2>();
+    const RoutingShape shape(hidden, routing, layout);
     DispatchPayload payload;
     // Stable counting sort of the (token, choice) pairs by expert: expert-major, token order.
-    std::vector<int64_t> per_expert(static_cast<size_t>(E), 0);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t j = 0; j < k; ++j) ++per_expert[static_cast<size_t>(idx[t][j])];
+    std::vector<int64_t> per_expert(static_cast<size_t>(shape.E), 0);
+    for (int64_t t = 0; t < shape.T; ++t) {
+      for (int64_t j = 0; j < shape.k; ++j) ++per_expert[static_cast<size_t>(shape.experts[t][j])];
     }
-    std::vector<int64_t> start(static_cast<size_t>(E), 0);
-    for (int64_t e = 1; e < E; ++e) start[e] = start[e - 1] + per_expert[e - 1];
-    std::vector<int64_t> order(static_cast<size_t>(T * k)), source(static_cast<size_t>(T * k));
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t j = 0; j < k; ++j) {
-        int64_t pos = start[static_cast<size_t>(idx[t][j])]++;
-        order[pos] = t * k + j;
+    std::vector<int64_t> start(static_cast<size_t>(shape.E), 0);
+    for (int64_t e = 1; e < shape.E; ++e) start[e] = start[e - 1] + per_expert[e - 1];
+    std::vector<int64_t> order(static_cast<size_t>(shape.T * shape.k)),
+        source(static_cast<size_t>(shape.T * shape.k));
+    for (int64_t t = 0; t < shape.T; ++t) {
+      for (int64_t j = 0; j < shape.k; ++j) {
+        int64_t pos = start[static_cast<size_t>(shape.experts[t][j])]++;
+        order[pos] = t * shape.k + j;
         source[pos] = t;
       }
     }
-    plan->source_token = IndexTensor(source, device);
-    for (int64_t r = 0; r < ep; ++r) {
-      plan->send_splits.push_back(std::accumulate(
-          per_expert.begin() + r * local, per_expert.begin() + (r + 1) * local, int64_t{0}));
+    plan->source_token = IndexTensor(source, shape.device);
+    for (int64_t r = 0; r < shape.ep; ++r) {
+      plan->send_splits.push_back(std::accumulate(per_expert.begin() + r * shape.local,
+                                                  per_expert.begin() + (r + 1) * shape.local,
+                                                  int64_t{0}));
     }
-    plan->received_per_rank_expert = comm.ExchangeCounts(per_expert, local);
-    for (int64_t r = 0; r < ep; ++r) {
-      auto first = plan->received_per_rank_expert.begin() + r * local;
-      plan->recv_splits.push_back(std::accumulate(first, first + local, int64_t{0}));
+    plan->received_per_rank_expert = comm.ExchangeCounts(per_expert, shape.local);
+    for (int64_t r = 0; r < shape.ep; ++r) {
+      auto first = plan->received_per_rank_expert.begin() + r * shape.local;
+      plan->recv_splits.push_back(std::accumulate(first, first + shape.local, int64_t{0}));
     }
     payload.tokens = hidden.index_select(0, plan->source_token);
-    payload.probs = routing.topk_probs.reshape({-1}).index_select(0, IndexTensor(order, device));
+    payload.probs =
+        routing.topk_probs.reshape({-1}).index_select(0, IndexTensor(order, shape.device));
     return payload;
   }
 
@@ -127,45 +129,43 @@ class FlexTokenDispatcher : public TokenDispatcher {
   DispatchPayload Permute(const at::Tensor& hidden, const RouterResult& routing,
                           const ParallelLayout& layout, Communicator& comm,
                           RoutingPlan* plan) const override {
-    const RoutingShape r(hidden, routing, layout);
-    const int64_t T = r.T, k = r.k, E = r.E, ep = r.ep, local = r.local;
-    const at::Device device = r.device;
-    auto idx = r.host_experts.accessor<int64_t, 2>();
+    const RoutingShape shape(hidden, routing, layout);
     DispatchPayload payload;
     // One row per (destination rank, token), rank-major then token order.
     std::vector<int64_t> source, slot;
     std::vector<uint8_t> mask;
-    std::vector<uint8_t> routed_here(static_cast<size_t>(local));
-    for (int64_t r = 0; r < ep; ++r) {
+    std::vector<uint8_t> routed_here(static_cast<size_t>(shape.local));
+    for (int64_t r = 0; r < shape.ep; ++r) {
       int64_t rows = 0;
-      for (int64_t t = 0; t < T; ++t) {
+      for (int64_t t = 0; t < shape.T; ++t) {
         std::fill(routed_here.begin(), routed_here.end(), 0);
         bool any = false;
-        for (int64_t j = 0; j < k; ++j) {
-          int64_t e = idx[t][j];
+        for (int64_t j = 0; j < shape.k; ++j) {
+          int64_t e = shape.experts[t][j];
           if (layout.ExpertOwner(e) == r) {
-            routed_here[static_cast<size_t>(e - r * local)] = 1;
+            routed_here[static_cast<size_t>(e - r * shape.local)] = 1;
             any = true;
           }
         }
         if (!any) continue;
         source.push_back(t);
-        slot.push_back(t * ep + r);
+        slot.push_back(t * shape.ep + r);
         mask.insert(mask.end(), routed_here.begin(), routed_here.end());
         ++rows;
       }
       plan->send_splits.push_back(rows);
     }
-    plan->source_token = IndexTensor(source, device);
+    plan->source_token = IndexTensor(source, shape.device);
     plan->recv_splits = comm.ExchangeCounts(plan->send_splits, 1);
     // Dense per-expert probabilities of each token, regrouped per (token, rank).
-    at::Tensor dense = at::zeros({T, E}, routing.topk_probs.options())
+    at::Tensor dense = at::zeros({shape.T, shape.E}, routing.topk_probs.options())
                            .scatter(1, routing.topk_experts, routing.topk_probs);
     payload.tokens = hidden.index_select(0, plan->source_token);
-    payload.probs = dense.reshape({T * ep, local}).index_select(0, IndexTensor(slot, device));
+    payload.probs = dense.reshape({shape.T * shape.ep, shape.local})
+                        .index_select(0, IndexTensor(slot, shape.device));
     payload.route_mask =
-        at::from_blob(mask.data(), {static_cast<int64_t>(source.size()), local}, at::kByte)
-            .to(at::TensorOptions().dtype(at::kBool).device(device));
+        at::from_blob(mask.data(), {static_cast<int64_t>(source.size()), shape.local}, at::kByte)
+            .to(at::TensorOptions().dtype(at::kBool).device(shape.device));
     return payload;
   }
 

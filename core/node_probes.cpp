@@ -28,8 +28,8 @@ ProbeRecord MakeRecord(const ProbeState& state, const ProbeSite& site, size_t sl
   record.microbatch = site.microbatch;
   record.chunk = site.chunk;
   record.layer = site.layer;
-  record.node = site.node;
-  record.phase = site.phase;
+  record.node = ToString(site.node);
+  record.phase = ToString(site.phase);
   record.slot = static_cast<int64_t>(slot);
   record.digest = Digest(bytes.data_ptr(), bytes.numel() * bytes.element_size());
   record.dtype = std::string(c10::toString(t.scalar_type()));
@@ -45,7 +45,7 @@ std::string ProbeLayerName(int64_t model_layer, int64_t decoder_layers) {
 }
 
 ProbeSite ReferenceProbeSite(int64_t microbatch, int64_t model_layer, int64_t decoder_layers,
-                             const std::string& node) {
+                             NodeKind node) {
   ProbeSite site;
   site.microbatch = microbatch;
   site.chunk = probe_state.chunk;
@@ -89,7 +89,7 @@ bool NodeProbes::replaying() { return probe_state.replaying; }
 void NodeProbes::RecordOutputs(const ProbeSite& site, const std::vector<at::Tensor>& tensors) {
   if (!probe_state.on) return;
   ProbeSite at = site;
-  at.phase = probe_state.replaying ? "replay" : "forward";
+  at.phase = probe_state.replaying ? Phase::kReplay : Phase::kForward;
   Record(at, tensors);
 }
 
@@ -98,7 +98,7 @@ void NodeProbes::RecordInputGradients(const ProbeSite& site,
   if (!probe_state.on) return;
   ProbeState* state = &probe_state;  // the hook may run on the autograd engine's thread
   ProbeSite at = site;
-  at.phase = "backward";
+  at.phase = Phase::kBackward;
   for (size_t slot = 0; slot < tensors.size(); ++slot) {
     const at::Tensor& t = tensors[slot];
     if (!t.defined() || !t.requires_grad()) continue;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/schedule_vocabulary.h"
 #include "core/trace.h"
 
 namespace bitparity {
@@ -34,8 +35,8 @@ struct ProbeSite {
   int64_t microbatch = 0;
   int64_t chunk = 0;
   std::string layer;  // the model's name of the layer ("decoder 2", "mtp 0"), "" for chunk-wide
-  std::string node;   // attn, mlp, moe_combine, mhc_post, mtp_post_process, ...
-  std::string phase;  // forward, replay or backward
+  NodeKind node = NodeKind::kAttn;
+  Phase phase = Phase::kForward;  // forward, replay or backward
 };
 
 class NodeProbes {
@@ -69,7 +70,7 @@ std::string ProbeLayerName(int64_t model_layer, int64_t decoder_layers);
 // The site of `node` of model layer `model_layer` for `microbatch` in the chunk the reference
 // engine is running (NodeProbes::chunk()); its phase is set by the recording call.
 ProbeSite ReferenceProbeSite(int64_t microbatch, int64_t model_layer, int64_t decoder_layers,
-                             const std::string& node);
+                             NodeKind node);
 
 // While alive, the thread's RecordOutputs are "replay" records (a checkpoint's replay).
 class ProbeReplayScope {

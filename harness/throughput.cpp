@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "core/schedule_vocabulary.h"
 #include "core/trace_keys.h"
 
 namespace bitparity {
@@ -100,7 +102,8 @@ AllToAllBreakdown AllToAllBreakdownOf(const Trace& trace) {
     out.exposed_seconds += rank.iterations.back().comm_exposed_seconds;
     out.count_exchange_seconds += rank.iterations.back().comm_count_exchange_seconds;
     for (const ScheduleInterval& e : rank.schedule_timeline) {
-      if (!e.comm || (e.node != "moe_dispatch" && e.node != "moe_combine")) continue;
+      const std::optional<NodeKind> node = NodeKindNamed(e.node);
+      if (!e.comm || !node || !IsAllToAll(*node)) continue;
       AllToAllShare& share = shares[{e.node, e.phase}];
       share.node = e.node;
       share.phase = e.phase;

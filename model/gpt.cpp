@@ -164,32 +164,33 @@ at::Tensor GptModel::DecoderLayer(const LayerWeights& layer, const at::Tensor& x
   // probed by the engine, after the final norm that the overlap's last node includes.
   const bool probes = NodeProbes::enabled();
   ProbeSite site;
-  if (probes) site = ReferenceProbeSite(state.microbatch, layer.index, config_.layers, "");
-  auto outputs = [&](const char* node, const std::vector<at::Tensor>& tensors) {
+  if (probes)
+    site = ReferenceProbeSite(state.microbatch, layer.index, config_.layers, NodeKind::kAttn);
+  auto outputs = [&](NodeKind node, const std::vector<at::Tensor>& tensors) {
     if (!probes) return;
     site.node = node;
     NodeProbes::RecordOutputs(site, tensors);
   };
-  auto input_gradients = [&](const char* node, const std::vector<at::Tensor>& tensors) {
+  auto input_gradients = [&](NodeKind node, const std::vector<at::Tensor>& tensors) {
     if (!probes) return;
     site.node = node;
     NodeProbes::RecordInputGradients(site, tensors);
   };
   const bool mtp = layer.index >= config_.layers;  // an MTP depth's attn input is its prologue's
   const bool last_decoder = layer.index == config_.layers - 1;
-  if (!mtp) input_gradients("attn", {x});
+  if (!mtp) input_gradients(NodeKind::kAttn, {x});
 
   LayerAttentionOutput attention = LayerAttention(layer, x, state, losses);
   const MhcMapping* mhc = config_.mhc() ? &attention.mlp_mhc : nullptr;
   at::Tensor returned;
   const RoutingPlan* plan = nullptr;
   if (!layer.is_moe) {
-    outputs("attn", {attention.mlp_input});
-    input_gradients("mlp", {attention.mlp_input});
+    outputs(NodeKind::kAttn, {attention.mlp_input});
+    input_gradients(NodeKind::kMlp, {attention.mlp_input});
     returned = LayerDenseMlp(layer, attention.mlp_input);
-    outputs("mlp", {returned});
+    outputs(NodeKind::kMlp, {returned});
   } else {
-    outputs("attn",
+    outputs(NodeKind::kAttn,
             {attention.payload.tokens, attention.payload.probs, attention.payload.route_mask});
     plan = attention.plan.get();
     Communicator* comm = comm_.get();
@@ -202,37 +203,38 @@ at::Tensor GptModel::DecoderLayer(const LayerWeights& layer, const at::Tensor& x
       received.route_mask =
           comm->AllToAll(attention.payload.route_mask, plan->send_splits, plan->recv_splits);
     }
-    input_gradients("mlp", {received.tokens, received.probs});
+    input_gradients(NodeKind::kMlp, {received.tokens, received.probs});
     at::Tensor rows = LayerExperts(layer, received, *plan);
-    outputs("mlp", {rows});
+    outputs(NodeKind::kMlp, {rows});
     returned = AllToAllWithGrad(rows, comm, plan->recv_splits, plan->send_splits);
   }
-  input_gradients("moe_combine", {returned});
+  input_gradients(NodeKind::kCombine, {returned});
   // LayerCombine, in its two parts when mHC probes them apart (the overlap's moe_combine and
   // mhc_post nodes).
   const at::Tensor mlp = LayerMlpOutput(layer, returned, plan, state);
   if (mhc) {
-    outputs("moe_combine", {mlp});
-    input_gradients("mhc_post", {mlp});
+    outputs(NodeKind::kCombine, {mlp});
+    input_gradients(NodeKind::kMhcPost, {mlp});
   }
   at::Tensor out = LayerResidual(attention.residual, mlp, mhc);
-  if (!last_decoder) outputs(mhc ? "mhc_post" : "moe_combine", {out});
+  if (!last_decoder) outputs(mhc ? NodeKind::kMhcPost : NodeKind::kCombine, {out});
   return out;
 }
 
 void GptModel::ProbeDecoderOutput(const at::Tensor& main, const ChunkState& state) const {
   if (!NodeProbes::enabled()) return;
-  NodeProbes::RecordOutputs(ReferenceProbeSite(state.microbatch, config_.layers - 1, config_.layers,
-                                               config_.mhc() ? "mhc_post" : "moe_combine"),
-                            {main});
+  NodeProbes::RecordOutputs(
+      ReferenceProbeSite(state.microbatch, config_.layers - 1, config_.layers,
+                         config_.mhc() ? NodeKind::kMhcPost : NodeKind::kCombine),
+      {main});
 }
 
 at::Tensor GptModel::ProbedMtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x,
                                         const ChunkState& state) const {
   if (!NodeProbes::enabled()) return MtpFinalNorm(mtp, x);
-  NodeProbes::RecordInputGradients(
-      ReferenceProbeSite(state.microbatch, mtp.layer.index, config_.layers, "mtp_post_process"),
-      {x});
+  NodeProbes::RecordInputGradients(ReferenceProbeSite(state.microbatch, mtp.layer.index,
+                                                      config_.layers, NodeKind::kMtpPostProcess),
+                                   {x});
   return MtpFinalNorm(mtp, x);
 }
 
@@ -241,7 +243,7 @@ void GptModel::ProbeMtpOutput(const at::Tensor& main, const std::vector<at::Tens
   if (!NodeProbes::enabled() || mtp_hidden.empty()) return;
   const ProbeSite site =
       ReferenceProbeSite(state.microbatch, config_.layers + config_.mtp_layers - 1, config_.layers,
-                         "mtp_post_process");
+                         NodeKind::kMtpPostProcess);
   std::vector<at::Tensor> stacked{main};
   stacked.insert(stacked.end(), mtp_hidden.begin(), mtp_hidden.end());
   NodeProbes::RecordOutputs(site, {at::cat(stacked, 0)});

@@ -26,11 +26,11 @@ AllToAllNode::Kind AllToAllKind(const ChunkPlan& chunk, int64_t layer) {
 }
 
 // An event of the pass `chunk` runs: its node, phase, microbatch, chunk and layer.
-TimelineEvent PassEvent(ChunkSchedule* chunk, const std::string& node, Phase phase, int64_t layer,
+TimelineEvent PassEvent(ChunkSchedule* chunk, NodeKind node, Phase phase, int64_t layer,
                         bool comm) {
   TimelineEvent e;
   e.node = node;
-  e.phase = ToString(phase);
+  e.phase = phase;
   e.microbatch = chunk->state().microbatch;
   e.chunk = chunk->plan().stage.chunk;
   e.layer = layer;
@@ -44,8 +44,8 @@ LayerSchedule::LayerSchedule(OverlapContext* context, ChunkSchedule* chunk, int6
     : context_(context),
       chunk_(chunk),
       layer_(layer),
-      dispatch_("moe_dispatch", AllToAllKind(chunk->plan(), layer)),
-      combine_comm_("moe_combine", AllToAllKind(chunk->plan(), layer)) {
+      dispatch_(NodeKind::kDispatch, AllToAllKind(chunk->plan(), layer)),
+      combine_comm_(NodeKind::kCombine, AllToAllKind(chunk->plan(), layer)) {
   const ChunkPlan& plan = chunk->plan();
   const GptWeights& w = context->model->weights();
   moe_ = plan.layer_is_moe[static_cast<size_t>(layer)];
@@ -65,12 +65,16 @@ LayerSchedule::LayerSchedule(OverlapContext* context, ChunkSchedule* chunk, int6
 
 at::Tensor LayerSchedule::Run(const NodeOp& op, at::Tensor grad) {
   const bool backward = op.phase == Phase::kBackward;
+  if (op.phase == Phase::kWait && IsAllToAll(op.node)) {  // a faulty plan's
+    Wait(op.node);
+    return grad;
+  }
   if (op.phase == Phase::kWgrad && op.node == NodeKind::kAttn) {
-    RunWgrads(attn_wgrads_, "attn");
+    RunWgrads(attn_wgrads_, NodeKind::kAttn);
     return grad;
   }
   if (op.phase == Phase::kWgrad && op.node == NodeKind::kMlp) {
-    RunWgrads(mlp_wgrads_, "mlp");
+    RunWgrads(mlp_wgrads_, NodeKind::kMlp);
     return grad;
   }
   switch (op.node) {
@@ -110,7 +114,12 @@ at::Tensor LayerSchedule::Run(const NodeOp& op, at::Tensor grad) {
       if (backward) return MtpPostProcessBackward(grad);
       MtpPostProcessForward(op.phase);
       return grad;
-    default:
+    case NodeKind::kPreProcess:  // operations of the chunk, not of a layer
+    case NodeKind::kPostProcess:
+    case NodeKind::kP2pRecv:
+    case NodeKind::kP2pSend:
+    case NodeKind::kSegment:
+    case NodeKind::kChunk:
       break;
   }
   throw std::logic_error(std::string("overlap plan: layer ") + chunk_->plan().LayerName(layer_) +
@@ -119,7 +128,7 @@ at::Tensor LayerSchedule::Run(const NodeOp& op, at::Tensor grad) {
                          "/" + ToString(op.phase));
 }
 
-void LayerSchedule::Probe(const char* node, Phase phase, const std::vector<at::Tensor>& tensors) {
+void LayerSchedule::Probe(NodeKind node, Phase phase, const std::vector<at::Tensor>& tensors) {
   if (!NodeProbes::enabled()) return;
   const ChunkPlan& plan = chunk_->plan();
   ProbeSite site;
@@ -127,11 +136,11 @@ void LayerSchedule::Probe(const char* node, Phase phase, const std::vector<at::T
   site.chunk = plan.stage.chunk;
   site.layer = ProbeLayerName(plan.ModelLayer(layer_), plan.model_decoder_layers);
   site.node = node;
-  site.phase = ToString(phase);
+  site.phase = phase;
   NodeProbes::Record(site, tensors);
 }
 
-void LayerSchedule::Record(const char* node, Phase phase, int64_t begin_ns) {
+void LayerSchedule::Record(NodeKind node, Phase phase, int64_t begin_ns) {
   if (!context_->timeline) return;
   TimelineEvent e = PassEvent(chunk_, node, phase, layer_, /*comm=*/false);
   e.begin_ns = begin_ns;
@@ -153,16 +162,17 @@ std::vector<at::Tensor> LayerSchedule::ReturnedGrads(AllToAllNode& node) {
   return grads;
 }
 
-void LayerSchedule::WaitIfSynchronous(AllToAllNode& node, Phase phase) {
-  if (!context_->plan->all_to_all_waits_at_start || !node.pending()) return;
-  node.CompleteNow();
-  RecordComm(node, phase);
+void LayerSchedule::Wait(NodeKind node) {
+  AllToAllNode& comm = node == NodeKind::kDispatch ? dispatch_ : combine_comm_;
+  if (!comm.pending()) return;  // a dense layer's null node moves nothing
+  comm.CompleteNow();
+  RecordComm(comm, node == NodeKind::kDispatch ? dispatch_started_ : combine_started_);
 }
 
 void LayerSchedule::RecordComm(const AllToAllNode& node, Phase phase) {
   if (!context_->timeline) return;
   const AllToAllNode::Timing& t = node.last_timing();
-  TimelineEvent e = PassEvent(chunk_, node.name(), phase, layer_, /*comm=*/true);
+  TimelineEvent e = PassEvent(chunk_, node.node(), phase, layer_, /*comm=*/true);
   e.begin_ns = t.started_ns;
   e.end_ns = t.wait_end_ns;
   e.completed_ns = t.completed_ns;
@@ -241,8 +251,8 @@ void LayerSchedule::AttnForward(const at::Tensor& input, Phase phase) {
     if (out.payload.route_mask.defined()) outputs.push_back(out.payload.route_mask);
     return outputs;
   });
-  Record("attn", phase, begin);
-  Probe("attn", phase, attn_.outputs());
+  Record(NodeKind::kAttn, phase, begin);
+  Probe(NodeKind::kAttn, phase, attn_.outputs());
 }
 
 void LayerSchedule::DispatchForward() {
@@ -253,7 +263,7 @@ void LayerSchedule::DispatchForward() {
   dispatch_.StartForward(
       &context_->model->comm(), std::vector<at::Tensor>(out.begin(), out.begin() + carried),
       std::vector<at::Tensor>(out.begin() + carried, out.end()), SendSplits(), RecvSplits());
-  WaitIfSynchronous(dispatch_, Phase::kForward);
+  dispatch_started_ = Phase::kForward;
 }
 
 void LayerSchedule::MlpForward(Phase phase) {
@@ -271,14 +281,14 @@ void LayerSchedule::MlpForward(Phase phase) {
       return std::vector<at::Tensor>{model->LayerDenseMlp(*weights_, in[0])};
     });
   }
-  Record("mlp", phase, begin);
-  Probe("mlp", phase, mlp_.outputs());
+  Record(NodeKind::kMlp, phase, begin);
+  Probe(NodeKind::kMlp, phase, mlp_.outputs());
 }
 
 void LayerSchedule::CombineForward() {
   combine_comm_.StartForward(&context_->model->comm(), {mlp_.outputs()[0]}, {}, RecvSplits(),
                              SendSplits());
-  WaitIfSynchronous(combine_comm_, Phase::kForward);
+  combine_started_ = Phase::kForward;
   combine_pending_ = true;
 }
 
@@ -295,8 +305,8 @@ void LayerSchedule::FinishCombine(Phase phase) {
       return std::vector<at::Tensor>{
           model->LayerMlpOutput(*weights_, in[0], routing_.get(), state)};
     });
-    Record("moe_combine", phase, begin);
-    Probe("moe_combine", phase, combine_.outputs());
+    Record(NodeKind::kCombine, phase, begin);
+    Probe(NodeKind::kCombine, phase, combine_.outputs());
     mhc_post_pending_ = true;
     return;
   }
@@ -312,8 +322,8 @@ void LayerSchedule::FinishCombine(Phase phase) {
     if (last_decoder_) out = model->FinalNorm(out);
     return std::vector<at::Tensor>{out};
   });
-  Record("moe_combine", phase, begin);
-  Probe("moe_combine", phase, combine_.outputs());
+  Record(NodeKind::kCombine, phase, begin);
+  Probe(NodeKind::kCombine, phase, combine_.outputs());
   FinishLayer(combine_.outputs()[0], combine_.forward_no_grad());
 }
 
@@ -344,8 +354,8 @@ void LayerSchedule::MhcPostForward(Phase phase) {
                       if (bridge) InstallBridge(node.DetachSide(decoder.mtp_input));
                       return std::vector<at::Tensor>{decoder.main};
                     });
-  Record("mhc_post", phase, begin);
-  Probe("mhc_post", phase, mhc_post_.outputs());
+  Record(NodeKind::kMhcPost, phase, begin);
+  Probe(NodeKind::kMhcPost, phase, mhc_post_.outputs());
   FinishLayer(mhc_post_.outputs()[0], mhc_post_.forward_no_grad());
 }
 
@@ -366,8 +376,8 @@ void LayerSchedule::InstallBridge(const at::Tensor& leaf) {
 at::Tensor LayerSchedule::MhcPostBackward(const at::Tensor& grad) {
   const int64_t begin = SteadyNanoseconds();
   at::Tensor g = mhc_post_.Backward({grad})[0];
-  Record("mhc_post", Phase::kBackward, begin);
-  Probe("mhc_post", Phase::kBackward, {g});
+  Record(NodeKind::kMhcPost, Phase::kBackward, begin);
+  Probe(NodeKind::kMhcPost, Phase::kBackward, {g});
   return g;
 }
 
@@ -385,8 +395,8 @@ void LayerSchedule::MtpPostProcessForward(Phase phase) {
     state.mhc_multistream = at::Tensor();  // as Megatron's last MTP post-process does
     return std::vector<at::Tensor>{joined};
   });
-  Record("mtp_post_process", phase, begin);
-  Probe("mtp_post_process", phase, mtp_post_.outputs());
+  Record(NodeKind::kMtpPostProcess, phase, begin);
+  Probe(NodeKind::kMtpPostProcess, phase, mtp_post_.outputs());
   output_ = mtp_post_.outputs()[0];
   if (segment_tail_ && !output_.requires_grad()) output_.requires_grad_(true);
   ReleaseRecomputed();
@@ -404,46 +414,46 @@ const at::Tensor& LayerSchedule::Output() {
 at::Tensor LayerSchedule::MtpPostProcessBackward(const at::Tensor& grad) {
   const int64_t begin = SteadyNanoseconds();
   at::Tensor g = mtp_post_.Backward({grad})[0];
-  Record("mtp_post_process", Phase::kBackward, begin);
-  Probe("mtp_post_process", Phase::kBackward, {g});
+  Record(NodeKind::kMtpPostProcess, Phase::kBackward, begin);
+  Probe(NodeKind::kMtpPostProcess, Phase::kBackward, {g});
   return g;
 }
 
 void LayerSchedule::CombineBackward(const at::Tensor& grad) {
   const int64_t begin = SteadyNanoseconds();
   at::Tensor g = combine_.Backward({grad})[0];
-  Record("moe_combine", Phase::kBackward, begin);
-  Probe("moe_combine", Phase::kBackward, {g});
+  Record(NodeKind::kCombine, Phase::kBackward, begin);
+  Probe(NodeKind::kCombine, Phase::kBackward, {g});
   combine_comm_.StartBackward({g});
-  WaitIfSynchronous(combine_comm_, Phase::kBackward);
+  combine_started_ = Phase::kBackward;
 }
 
 void LayerSchedule::MlpBackward() {
   std::vector<at::Tensor> g = ReturnedGrads(combine_comm_);
   const int64_t begin = SteadyNanoseconds();
   mlp_input_grads_ = mlp_.Backward(g);
-  Record("mlp", Phase::kBackward, begin);
-  Probe("mlp", Phase::kBackward, mlp_input_grads_);
+  Record(NodeKind::kMlp, Phase::kBackward, begin);
+  Probe(NodeKind::kMlp, Phase::kBackward, mlp_input_grads_);
 }
 
 void LayerSchedule::DispatchBackward() {
   dispatch_.StartBackward(mlp_input_grads_);
-  WaitIfSynchronous(dispatch_, Phase::kBackward);
+  dispatch_started_ = Phase::kBackward;
 }
 
 at::Tensor LayerSchedule::AttnBackward() {
   std::vector<at::Tensor> g = ReturnedGrads(dispatch_);
   const int64_t begin = SteadyNanoseconds();
   at::Tensor input_grad = attn_.Backward(g)[0];
-  Record("attn", Phase::kBackward, begin);
-  Probe("attn", Phase::kBackward, {input_grad});
+  Record(NodeKind::kAttn, Phase::kBackward, begin);
+  Probe(NodeKind::kAttn, Phase::kBackward, {input_grad});
   Release();
   return input_grad;
 }
 
-void LayerSchedule::RunWgrads(ops::DelayedWgrads& wgrads, const char* node) {
+void LayerSchedule::RunWgrads(ops::DelayedWgrads& wgrads, NodeKind node) {
   if (wgrads.empty()) {
-    throw std::logic_error(std::string("overlap plan: ") + node + " wgrad of layer " +
+    throw std::logic_error(std::string("overlap plan: ") + ToString(node) + " wgrad of layer " +
                            chunk_->plan().LayerName(layer_) + ", microbatch " +
                            std::to_string(chunk_->state().microbatch) +
                            " before its backward left any weight gradient");
@@ -511,7 +521,17 @@ void RecomputeSegment::Run(const NodeOp& op, ChunkSchedule* chunk) {
     case Phase::kRelease:
       Release();
       return;
-    default:
+    case Phase::kKeepGraphs:  // a faulty plan's
+      for (int64_t l = spec_.first_layer; l <= spec_.last_layer(); ++l) {
+        chunk->layer(l).KeepGraphsAfterBackward();
+      }
+      return;
+    case Phase::kForward:  // operations of nodes and chunks, not of a segment
+    case Phase::kBackward:
+    case Phase::kFlushGrads:
+    case Phase::kReleaseActivations:
+    case Phase::kWgrad:
+    case Phase::kWait:
       break;
   }
   throw std::logic_error(std::string("overlap plan: a segment has no operation ") +
@@ -530,9 +550,6 @@ void RecomputeSegment::BeginReplay(ChunkSchedule* chunk, const ChunkStateFieldFl
   if (!input_.requires_grad()) input_.requires_grad_(true);
   for (int64_t l = spec_.first_layer; l <= spec_.last_layer(); ++l) {
     chunk->layer(l).SetForwardNoGrad(false);
-    if (chunk->context()->plan->replayed_graphs_outlive_backward) {
-      chunk->layer(l).KeepGraphsAfterBackward();
-    }
   }
 }
 
@@ -616,7 +633,13 @@ at::Tensor ChunkSchedule::Run(const NodeOp& op, at::Tensor grad) {
         return grad;
       }
       break;
-    default: {
+    case NodeKind::kAttn:  // a layer's nodes
+    case NodeKind::kDispatch:
+    case NodeKind::kMlp:
+    case NodeKind::kCombine:
+    case NodeKind::kCombineEpilogue:
+    case NodeKind::kMhcPost:
+    case NodeKind::kMtpPostProcess: {
       std::optional<FlopReplayScope> replay;  // a replay's GEMMs count as recompute
       if (op.phase == Phase::kReplay) replay.emplace();
       return layers_[op.layer]->Run(op, std::move(grad));
@@ -661,7 +684,7 @@ at::Tensor ChunkSchedule::WaitReceived(PendingTransfer* transfer, Phase phase) {
   const int64_t wait_begin = SteadyNanoseconds();
   at::Tensor received = transfer->Wait();
   *transfer = PendingTransfer();
-  RecordTransfer("p2p_recv", phase,
+  RecordTransfer(NodeKind::kP2pRecv, phase,
                  phase == Phase::kForward ? activation_posted_ns_ : gradient_posted_ns_,
                  wait_begin);
   return received;
@@ -687,10 +710,10 @@ void ChunkSchedule::Send(Phase phase, const at::Tensor& grad) {
         grad, PeerRank(/*previous=*/true),
         PipelineTag(plan_->stage.index - 1, state_.microbatch, microbatches, true)));
   }
-  RecordTransfer("p2p_send", phase, begin, begin);
+  RecordTransfer(NodeKind::kP2pSend, phase, begin, begin);
 }
 
-void ChunkSchedule::RecordTransfer(const char* node, Phase phase, int64_t begin_ns,
+void ChunkSchedule::RecordTransfer(NodeKind node, Phase phase, int64_t begin_ns,
                                    int64_t wait_begin_ns) {
   if (!context_->timeline) return;
   TimelineEvent e = PassEvent(this, node, phase, /*layer=*/-1, /*comm=*/true);

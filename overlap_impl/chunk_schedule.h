@@ -26,8 +26,8 @@ namespace bitparity {
 
 // One all-to-all or compute interval of the iteration, for the overlap timeline.
 struct TimelineEvent {
-  std::string node;  // e.g. "moe_dispatch", "p2p_recv"
-  std::string phase;
+  NodeKind node = NodeKind::kAttn;
+  Phase phase = Phase::kForward;
   int64_t microbatch = 0;
   int64_t chunk = 0;   // the rank's model chunk the pass belongs to
   int64_t layer = -1;  // within the chunk; -1 for a pipeline transfer
@@ -70,7 +70,7 @@ class LayerSchedule {
 
   // Recomputed layers run their initial forward without building graphs.
   void SetForwardNoGrad(bool no_grad);
-  // A faulty plan's (replayed_graphs_outlive_backward): the compute nodes' next backward keeps
+  // A faulty plan's keep_graphs operation: the compute nodes' next backward keeps
   // its graph until DropKeptGraphs.
   void KeepGraphsAfterBackward();
   void DropKeptGraphs();
@@ -114,18 +114,19 @@ class LayerSchedule {
   void DispatchBackward();
   at::Tensor AttnBackward();  // the gradient of the layer's input
   // A wgrad operation: the weight gradients `node`'s backward left in `wgrads`.
-  void RunWgrads(ops::DelayedWgrads& wgrads, const char* node);
+  void RunWgrads(ops::DelayedWgrads& wgrads, NodeKind node);
 
   const std::vector<int64_t>& SendSplits() const;
   const std::vector<int64_t>& RecvSplits() const;
   // Timeline events (when the engine records a timeline).
-  void Record(const char* node, Phase phase, int64_t begin_ns);
+  void Record(NodeKind node, Phase phase, int64_t begin_ns);
   // Node probes (core/node_probes.h): `tensors` as the outputs (forward, replay) or the input
   // gradients (backward) of this layer's `node`.
-  void Probe(const char* node, Phase phase, const std::vector<at::Tensor>& tensors);
+  void Probe(NodeKind node, Phase phase, const std::vector<at::Tensor>& tensors);
   void RecordComm(const AllToAllNode& node, Phase phase);
-  // Under a faulty plan (all_to_all_waits_at_start): waits for `node`'s all-to-all just started.
-  void WaitIfSynchronous(AllToAllNode& node, Phase phase);
+  // A faulty plan's wait operation: waits for the all-to-all `node` (moe_dispatch or
+  // moe_combine) just started.
+  void Wait(NodeKind node);
   // The all-to-all's result (forward) or returned gradients (backward), waited for here; the
   // wait is a timeline event when it was still in flight.
   std::vector<at::Tensor> Received(AllToAllNode& node, Phase phase);
@@ -146,13 +147,15 @@ class LayerSchedule {
   // operations. They outlive the nodes' release (attn backward releases the layer).
   ops::DelayedWgrads attn_wgrads_;
   ops::DelayedWgrads mlp_wgrads_;
-  ComputeNode attn_{"attn"};
-  AllToAllNode dispatch_;  // null in a dense layer
-  ComputeNode mlp_{"mlp"};
+  ComputeNode attn_{NodeKind::kAttn};
+  AllToAllNode dispatch_;                     // null in a dense layer
+  Phase dispatch_started_ = Phase::kForward;  // the direction of its last start
+  ComputeNode mlp_{NodeKind::kMlp};
   AllToAllNode combine_comm_;  // null in a dense layer
-  ComputeNode combine_{"moe_combine"};
-  ComputeNode mhc_post_{"mhc_post"};  // used under mHC only
-  ComputeNode mtp_post_{"mtp_post_process"};
+  Phase combine_started_ = Phase::kForward;
+  ComputeNode combine_{NodeKind::kCombine};
+  ComputeNode mhc_post_{NodeKind::kMhcPost};  // used under mHC only
+  ComputeNode mtp_post_{NodeKind::kMtpPostProcess};
 
   // Layer state shared by this layer's nodes for this microbatch only.
   std::shared_ptr<const RoutingPlan> routing_;
@@ -235,7 +238,7 @@ class ChunkSchedule {
   at::Tensor WaitReceived(PendingTransfer* transfer, Phase phase);
   // The pipeline rank of the previous or the next stage (logic_error when there is none).
   int64_t PeerRank(bool previous) const;
-  void RecordTransfer(const char* node, Phase phase, int64_t begin_ns, int64_t wait_begin_ns);
+  void RecordTransfer(NodeKind node, Phase phase, int64_t begin_ns, int64_t wait_begin_ns);
 
   void PreProcessForward();
   void PostProcessForward();
@@ -255,8 +258,8 @@ class ChunkSchedule {
   // The received activation as a grad-requiring leaf, until the forward has handed it on (the
   // first layer's nodes or the segment capture keep it from there).
   at::Tensor received_activation_;
-  ComputeNode pre_process_{"pre_process"};
-  ComputeNode post_process_{"post_process"};
+  ComputeNode pre_process_{NodeKind::kPreProcess};
+  ComputeNode post_process_{NodeKind::kPostProcess};
   std::vector<std::unique_ptr<LayerSchedule>> layers_;
   std::vector<RecomputeSegment> segments_;
 };

@@ -12,39 +12,6 @@ namespace bitparity {
 
 namespace {
 
-constexpr EnumName<NodeKind> kNodeNames[] = {{NodeKind::kPreProcess, "pre_process"},
-                                             {NodeKind::kAttn, "attn"},
-                                             {NodeKind::kDispatch, "moe_dispatch"},
-                                             {NodeKind::kMlp, "mlp"},
-                                             {NodeKind::kCombine, "moe_combine"},
-                                             {NodeKind::kCombineEpilogue, "moe_combine_epilogue"},
-                                             {NodeKind::kMhcPost, "mhc_post"},
-                                             {NodeKind::kMtpPostProcess, "mtp_post_process"},
-                                             {NodeKind::kPostProcess, "post_process"},
-                                             {NodeKind::kP2pRecv, "p2p_recv"},
-                                             {NodeKind::kP2pSend, "p2p_send"},
-                                             {NodeKind::kSegment, "segment"},
-                                             {NodeKind::kChunk, "chunk"}};
-constexpr EnumName<Phase> kPhaseNames[] = {{Phase::kForward, "forward"},
-                                           {Phase::kBackward, "backward"},
-                                           {Phase::kCapture, "capture"},
-                                           {Phase::kReplay, "replay"},
-                                           {Phase::kReplayDone, "replay_done"},
-                                           {Phase::kRelease, "release"},
-                                           {Phase::kFlushGrads, "flush_grads"},
-                                           {Phase::kReleaseActivations, "release_activations"},
-                                           {Phase::kWgrad, "wgrad"}};
-constexpr EnumName<Stream> kStreamNames[] = {
-    {Stream::kCompute, "compute"}, {Stream::kComm, "comm"}, {Stream::kNone, "-"}};
-
-}  // namespace
-
-const char* ToString(NodeKind kind) { return NameIn(kNodeNames, kind); }
-const char* ToString(Phase phase) { return NameIn(kPhaseNames, phase); }
-const char* ToString(Stream stream) { return NameIn(kStreamNames, stream); }
-
-namespace {
-
 class PlanBuilder {
  public:
   explicit PlanBuilder(CombinedStepPlan* plan) : plan_(*plan) {}
@@ -292,6 +259,15 @@ bool IsTransfer(const NodeOp& op) {
 }
 
 }  // namespace
+
+CombinedStepPlan PlanForArm(const ModelConfig& model, const PipelineLayout& pipeline,
+                            int64_t pp_rank, int64_t microbatches, const ArmConfig& arm) {
+  if (pipeline.stages.empty()) {
+    return BuildCombinedStepPlan(model, microbatches, arm.recompute, arm.delay_wgrad);
+  }
+  return BuildCombinedStepPlan(model, pipeline, pp_rank, microbatches, arm.recompute,
+                               arm.delay_wgrad);
+}
 
 std::string FormatPlan(const CombinedStepPlan& plan) {
   std::ostringstream out;

@@ -25,8 +25,8 @@
 // result, so it runs under the compute node issued after it: combine_bwd(k) | attn_fwd(k+1),
 // dispatch_fwd(k+1) | mlp_bwd(k), dispatch_bwd(k) | mlp_fwd(k+1), combine_fwd(k+1) |
 // attn_bwd(k), Megatron's pairs. The one change from Megatron's CPU issue order
-// (its combined 1F1B schedule) is that dispatch forward is issued before mlp backward: on a GPU the comm stream
-// overlaps them whatever the issue order; on a CPU a compute node blocks while it runs.
+// (its combined 1F1B schedule) is that dispatch forward is issued before mlp backward: on a GPU the
+// comm stream overlaps them whatever the issue order; on a CPU a compute node blocks while it runs.
 //
 // The step ends as Megatron's does: the forward's send to the next stage with the next step's
 // forward receive posted right after it (post_forward), the backward's send to the previous
@@ -55,43 +55,10 @@
 #include "core/pipeline_schedule.h"
 #include "core/recipe.h"
 #include "core/recompute_plan.h"
+#include "core/schedule_vocabulary.h"
 #include "model/chunk_state_field.h"
 
 namespace bitparity {
-
-enum class NodeKind {
-  kPreProcess,
-  kAttn,
-  kDispatch,
-  kMlp,
-  kCombine,
-  kCombineEpilogue,  // the combine's compute: wait for its all-to-all, unpermute, residual
-  kMhcPost,          // under mHC: the streams' update after the MLP sublayer (compute)
-  kMtpPostProcess,
-  kPostProcess,
-  kP2pRecv,  // a pipeline receive: forward, the activation; backward, the output's gradient
-  kP2pSend,  // a pipeline send: forward, the chunk's output; backward, its input's gradient
-  kSegment,  // a recompute segment: capture, replay, release
-  kChunk,    // a microbatch as a whole: gradient flush, release of recomputed activations
-};
-
-enum class Phase {
-  kForward,
-  kBackward,
-  kCapture,             // segment: keep the head's input and a chunk-state snapshot
-  kReplay,              // segment: restore its snapshot; a node: run its forward again
-  kReplayDone,          // segment: the replay ran (a marker; the memory timeline samples here)
-  kRelease,             // segment: drop what Capture kept
-  kFlushGrads,          // chunk: add the microbatch's .grad into the fp32 main grads
-  kReleaseActivations,  // chunk: drop what the no-grad forward of recomputed layers held
-  kWgrad,               // attn, mlp: the weight gradients their backward left (delay_wgrad)
-};
-
-enum class Stream { kCompute, kComm, kNone };
-
-const char* ToString(NodeKind kind);
-const char* ToString(Phase phase);
-const char* ToString(Stream stream);
 
 struct NodeOp {
   NodeKind node = NodeKind::kAttn;
@@ -159,14 +126,6 @@ struct CombinedStepPlan {
   // and a replay of the producer takes the gradient over from it. A faulty plan takes it from
   // ChunkState::mhc_multistream instead, which the last MTP post-process cleared.
   bool mhc_bridge_parks_gradient = true;
-  // Each all-to-all runs under the compute the plan puts between its start and its consumer. A
-  // faulty plan waits for it right after the start instead: the same bits, nothing hidden (what
-  // the [[compare.overlap]] gate must catch).
-  bool all_to_all_waits_at_start = false;
-  // A replayed segment's activations go with its backward. A faulty plan keeps each replayed
-  // node's graph until the microbatch's gradient flush: the same bits, one more segment of
-  // activations live at every later replay (what the recompute census must catch).
-  bool replayed_graphs_outlive_backward = false;
   // Per chunk-state field (model/chunk_state_field.h): restored by a replay.
   ChunkStateFieldFlags replay_restores = {true, true, true, true, true};
 
@@ -183,6 +142,12 @@ CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, const PipelineL
 // The plan without a pipeline: the whole model is one chunk.
 CombinedStepPlan BuildCombinedStepPlan(const ModelConfig& model, int64_t microbatches,
                                        const RecomputeConfig& recompute, bool delay_wgrad = false);
+
+// The plan `arm` runs on pipeline rank `pp_rank`, with the arm's recompute and delayed weight
+// gradients: the one way the engine, the memory model and `bitparity plan` build it. A pipeline
+// without stages (a model built without a layout): the whole model as one chunk.
+CombinedStepPlan PlanForArm(const ModelConfig& model, const PipelineLayout& pipeline,
+                            int64_t pp_rank, int64_t microbatches, const ArmConfig& arm);
 
 // A table with one line per operation, preceded by the segments.
 std::string FormatPlan(const CombinedStepPlan& plan);

@@ -11,27 +11,12 @@
 
 namespace bitparity {
 
-namespace {
-
-// The plan of this rank: its pipeline rank's, or the whole model as one chunk when the model was
-// built without a pipeline layout.
-CombinedStepPlan PlanFor(const GptModel& model, int64_t microbatches,
-                         const RecomputeConfig& recompute, bool delay_wgrad) {
-  const ParallelLayout& layout = model.layout();
-  if (layout.pipeline.stages.empty()) {
-    return BuildCombinedStepPlan(model.config(), microbatches, recompute, delay_wgrad);
-  }
-  return BuildCombinedStepPlan(model.config(), layout.pipeline, layout.pp_rank, microbatches,
-                               recompute, delay_wgrad);
-}
-
-}  // namespace
-
-OverlapEngine::OverlapEngine(GptModel* model, const RecomputeConfig& recompute,
-                             int64_t microbatches, const OverlapBugs& bugs,
-                             std::shared_ptr<Communicator> pipeline, bool delay_wgrad)
+OverlapEngine::OverlapEngine(GptModel* model, const ArmConfig& arm, int64_t microbatches,
+                             const OverlapBugs& bugs, std::shared_ptr<Communicator> pipeline)
     : model_(model),
-      plan_(WithScheduleBugs(PlanFor(*model, microbatches, recompute, delay_wgrad), bugs)),
+      plan_(WithScheduleBugs(PlanForArm(model->config(), model->layout().pipeline,
+                                        model->layout().pp_rank, microbatches, arm),
+                             bugs)),
       pipeline_(std::move(pipeline)) {
   if (plan_.pipelined() && !pipeline_) {
     throw std::logic_error("overlap engine: a pipeline of " + std::to_string(plan_.pp) +
@@ -113,8 +98,8 @@ std::vector<ScheduleInterval> OverlapEngine::ScheduleTimeline() const {
   std::vector<ScheduleInterval> out;
   for (const TimelineEvent& e : timeline_) {
     const int64_t wait = e.comm && e.wait_begin_ns > 0 ? e.end_ns - e.wait_begin_ns : 0;
-    out.push_back({e.node, e.microbatch, e.comm ? 1 : 0, e.begin_ns,
-                   e.comm && e.completed_ns > 0 ? e.completed_ns : e.end_ns, e.phase,
+    out.push_back({ToString(e.node), e.microbatch, e.comm ? 1 : 0, e.begin_ns,
+                   e.comm && e.completed_ns > 0 ? e.completed_ns : e.end_ns, ToString(e.phase),
                    std::max<int64_t>(0, wait)});
   }
   return out;

@@ -26,11 +26,12 @@ class OverlapEngine : public Engine {
  public:
   // `bugs` re-creates silent bugs for the tests that show they are caught: as a faulty plan
   // (overlap_impl/faulty_plans.h) or the stale-routing fault; off by default.
-  // `pipeline`: this rank's pipeline group when pp > 1, else null. `delay_wgrad`: the attn and
-  // mlp weight gradients run as the plan's wgrad operations ([arms.NAME] delay_wgrad).
-  OverlapEngine(GptModel* model, const RecomputeConfig& recompute, int64_t microbatches,
+  // `pipeline`: this rank's pipeline group when pp > 1, else null. The plan is the arm's
+  // (PlanForArm): its recompute, and its delay_wgrad, with which the attn and mlp weight
+  // gradients run as the plan's wgrad operations.
+  OverlapEngine(GptModel* model, const ArmConfig& arm, int64_t microbatches,
                 const OverlapBugs& bugs = OverlapBugs(),
-                std::shared_ptr<Communicator> pipeline = nullptr, bool delay_wgrad = false);
+                std::shared_ptr<Communicator> pipeline = nullptr);
 
   std::vector<MicrobatchLosses> RunIteration(std::vector<ChunkState>& microbatches) override;
   std::vector<std::string> warnings() const override;

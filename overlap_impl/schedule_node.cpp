@@ -41,7 +41,7 @@ at::Tensor ComputeNode::DetachSide(const at::Tensor& tensor) {
 
 std::vector<at::Tensor> ComputeNode::Backward(const std::vector<at::Tensor>& output_grads) {
   if (inputs_.empty()) {
-    throw std::logic_error("schedule node " + name_ +
+    throw std::logic_error(std::string("schedule node ") + ToString(node_) +
                            ": backward without a forward (its state was released)");
   }
   std::vector<at::Tensor> roots, grads;

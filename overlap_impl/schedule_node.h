@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "core/schedule_vocabulary.h"
 #include "model/ops.h"
 
 namespace bitparity {
@@ -31,7 +32,7 @@ class ComputeNode {
   using Body = std::function<std::vector<at::Tensor>(ComputeNode& node,
                                                      const std::vector<at::Tensor>& inputs)>;
 
-  explicit ComputeNode(std::string name) : name_(std::move(name)) {}
+  explicit ComputeNode(NodeKind node) : node_(node) {}
 
   // Runs `body` on detached copies of `inputs`; without building a graph when
   // forward_no_grad() is set (the initial forward of a recompute segment).
@@ -49,7 +50,7 @@ class ComputeNode {
   void Release();
   bool holds_tensors() const;
 
-  // Under a faulty plan (replayed_graphs_outlive_backward): the next backward keeps its graph,
+  // Under a faulty plan's keep_graphs operation: the next backward keeps its graph,
   // and the node its outputs, until DropKeptGraph.
   void KeepGraphAfterBackward() { keep_graph_ = true; }
   void DropKeptGraph() {
@@ -57,7 +58,7 @@ class ComputeNode {
     kept_outputs_.clear();
   }
 
-  const std::string& name() const { return name_; }
+  NodeKind node() const { return node_; }
   const std::vector<at::Tensor>& inputs() const { return inputs_; }
   const std::vector<at::Tensor>& outputs() const { return outputs_; }
   // Delayed weight gradients ([arms.NAME] delay_wgrad): the linear layers of every forward that
@@ -69,7 +70,7 @@ class ComputeNode {
   void set_forward_no_grad(bool value) { forward_no_grad_ = value; }
 
  private:
-  std::string name_;
+  NodeKind node_;
   bool forward_no_grad_ = false;
   ops::DelayedWgrads* wgrad_sink_ = nullptr;
   std::vector<at::Tensor> inputs_;
@@ -84,8 +85,7 @@ class AllToAllNode {
  public:
   enum class Kind { kAllToAll, kNull };
 
-  explicit AllToAllNode(std::string name, Kind kind = Kind::kAllToAll)
-      : name_(std::move(name)), kind_(kind) {}
+  explicit AllToAllNode(NodeKind node, Kind kind = Kind::kAllToAll) : node_(node), kind_(kind) {}
 
   // Starts moving `carried` (tensors with gradients) and `metadata` (no gradients) by the
   // splits; rows [sum(send[0..j)), +send[j]) of each go to rank j.
@@ -108,7 +108,7 @@ class AllToAllNode {
   void Release();
   bool holds_tensors() const;
   bool pending() const { return !pending_.empty(); }
-  const std::string& name() const { return name_; }
+  NodeKind node() const { return node_; }
 
   // Timing of the last all-to-all started by this node (steady-clock ns).
   struct Timing {
@@ -124,7 +124,7 @@ class AllToAllNode {
              const std::vector<int64_t>& recv);
   std::vector<at::Tensor> Finish();
 
-  std::string name_;
+  NodeKind node_;
   Kind kind_;
   Communicator* comm_ = nullptr;
   std::vector<int64_t> send_splits_;

@@ -32,7 +32,8 @@ void ReferenceEngine::ProbeMtpInput(const at::Tensor& decoder_output, const Chun
   const ModelConfig& config = model_->config();
   if (!NodeProbes::enabled() || config.mtp_layers == 0 || config.mhc()) return;
   NodeProbes::RecordInputGradients(
-      ReferenceProbeSite(state.microbatch, config.layers, config.layers, "attn"), {decoder_output});
+      ReferenceProbeSite(state.microbatch, config.layers, config.layers, NodeKind::kAttn),
+      {decoder_output});
 }
 
 void ReferenceEngine::WholeChunkForward(ChunkState* state, MicrobatchLosses* losses) {

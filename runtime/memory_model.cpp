@@ -354,7 +354,11 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w,
           w->Add(-c.grad_bytes() - received - c.received_gradient(), c.Where("gradient flush", m));
         }
         break;
-      default:
+      case NodeKind::kDispatch:  // their bytes are in the attn node's retained and boundary figures
+      case NodeKind::kMlp:
+      case NodeKind::kCombine:
+      case NodeKind::kCombineEpilogue:
+      case NodeKind::kMhcPost:
         break;
     }
   }
@@ -485,8 +489,8 @@ MemoryPrediction PredictPeak(const MemoryProbe& probe, const ArmConfig& arm,
                   PipelineSchedule(PipelineScheduleConfig::Of(pipeline, microbatches), pp_rank),
                   pipeline.pp > 1, &w);
   } else {
-    WalkOverlap(probe, BuildCombinedStepPlan(model, pipeline, pp_rank, microbatches, arm.recompute),
-                &w, &prediction.replay_levels);
+    WalkOverlap(probe, PlanForArm(model, pipeline, pp_rank, microbatches, arm), &w,
+                &prediction.replay_levels);
   }
   w.Check(probe.reduction_transient, "gradient reduction");
   prediction.static_bytes = static_bytes;

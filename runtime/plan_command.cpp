@@ -132,8 +132,8 @@ int PrintPlan(const std::string& recipe_path, const std::string& arm_name, bool 
   const ModelConfig model = recipe.model_of(arm);
   const PipelineLayout pipeline = recipe.pipeline();
   if (recipe.parallel.pp == 1) {
-    const CombinedStepPlan plan = BuildCombinedStepPlan(
-        model, pipeline, 0, recipe.microbatches_per_rank(), arm.recompute, arm.delay_wgrad);
+    const CombinedStepPlan plan =
+        PlanForArm(model, pipeline, 0, recipe.microbatches_per_rank(), arm);
     if (json) {
       std::printf("%s\n", PlanToJson(plan).c_str());
     } else {
@@ -152,8 +152,8 @@ int PrintPlan(const std::string& recipe_path, const std::string& arm_name, bool 
         static_cast<long long>(pipeline.pp), static_cast<long long>(pipeline.vpp));
   }
   for (int64_t r = 0; r < pipeline.pp; ++r) {
-    const CombinedStepPlan plan = BuildCombinedStepPlan(
-        model, pipeline, r, recipe.microbatches_per_rank(), arm.recompute, arm.delay_wgrad);
+    const CombinedStepPlan plan =
+        PlanForArm(model, pipeline, r, recipe.microbatches_per_rank(), arm);
     if (json) {
       ranks.push_back(nlohmann::json::parse(PlanToJson(plan)));
     } else {

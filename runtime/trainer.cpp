@@ -44,8 +44,8 @@ std::unique_ptr<Engine> MakeEngine(const ArmConfig& arm, GptModel* model, int64_
     case EngineKind::kReference:
       return std::make_unique<ReferenceEngine>(model, arm.recompute, std::move(pipeline));
     case EngineKind::kOverlap:
-      return std::make_unique<OverlapEngine>(model, arm.recompute, microbatches, bugs.overlap,
-                                             std::move(pipeline), arm.delay_wgrad);
+      return std::make_unique<OverlapEngine>(model, arm, microbatches, bugs.overlap,
+                                             std::move(pipeline));
   }
   throw InputError(std::string("arm '") + arm.name + "': engine '" + ToString(arm.engine) +
                    "' is not available in this build");

@@ -18,7 +18,6 @@
 #include "core/trace.h"
 #include "model/engine.h"
 #include "model/gpt.h"
-#include "overlap_impl/chunk_schedule.h"
 #include "runtime/memory_model.h"
 #include "runtime/optimizer.h"
 

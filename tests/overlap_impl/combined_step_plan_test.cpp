@@ -1,8 +1,8 @@
 // The overlap arm's schedule, as `bitparity plan` prints it: the combined 1F1B order over
 // microbatches, Megatron's per-layer issue order inside a combined step (Megatron-LM's combined
-// 1F1B, with the one documented change: dispatch forward before mlp backward), every all-to-all issued next to
-// a compute node of the other microbatch, and the recompute segments' capture, node-by-node
-// replay and release at the places the seed gives them.
+// 1F1B, with the one documented change: dispatch forward before mlp backward), every all-to-all
+// issued next to a compute node of the other microbatch, and the recompute segments' capture,
+// node-by-node replay and release at the places the seed gives them.
 
 #include "overlap_impl/combined_step_plan.h"
 

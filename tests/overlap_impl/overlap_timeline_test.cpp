@@ -41,9 +41,9 @@ TEST(OverlapTimeline, AllToAllsCompleteWhileTheOtherMicrobatchComputes) {
   int64_t combined = 0, overlapped = 0, completed_before_wait = 0;
   double in_flight = 0, exposed = 0;
   for (const TimelineEvent& c : timeline) {
-    if (!c.comm || c.phase == "replay") continue;  // replays are exposed by design
+    if (!c.comm || c.phase == Phase::kReplay) continue;  // replays are exposed by design
     // F0's forward and B(M-1)'s backward have no partner microbatch.
-    const bool forward = c.phase == "forward";
+    const bool forward = c.phase == Phase::kForward;
     if (forward && c.microbatch == 0) continue;
     if (!forward && c.microbatch == microbatches - 1) continue;
     const int64_t partner = forward ? c.microbatch - 1 : c.microbatch + 1;

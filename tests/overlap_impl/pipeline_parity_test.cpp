@@ -156,14 +156,14 @@ TEST(PipelineOverlapTimeline, RecordsEveryTransfer) {
     trainer.RunIteration(1, nullptr);
     std::lock_guard<std::mutex> lock(mutex);
     for (const TimelineEvent& e : engine->timeline()) {
-      if (e.node.rfind("p2p_", 0) == 0) {
+      if (e.node == NodeKind::kP2pRecv || e.node == NodeKind::kP2pSend) {
         EXPECT_TRUE(e.comm);
         // A receive is posted a step before its first consumer waits for it.
-        if (e.node == "p2p_recv") {
+        if (e.node == NodeKind::kP2pRecv) {
           EXPECT_GT(e.wait_begin_ns, e.begin_ns);
         }
         EXPECT_GE(e.end_ns, e.wait_begin_ns);
-        ++counts[rank][e.node + " " + e.phase];
+        ++counts[rank][std::string(ToString(e.node)) + " " + ToString(e.phase)];
       }
     }
   };

@@ -13,9 +13,10 @@ CombinedStepPlan WithScheduleBugs(CombinedStepPlan plan, const OverlapBugs& bugs
   }
   if (bugs.mtp_post_outside_segment) plan.mtp_post_process_in_segment = false;
   if (bugs.mhc_bridge_from_chunk_state) plan.mhc_bridge_parks_gradient = false;
-  if (bugs.synchronous_all_to_all) plan.all_to_all_waits_at_start = true;
-  if (bugs.segment_not_released) plan.replayed_graphs_outlive_backward = true;
-  if (!bugs.mtp_post_outside_segment && !bugs.flush_per_backward_call) return plan;
+  if (!bugs.mtp_post_outside_segment && !bugs.flush_per_backward_call &&
+      !bugs.synchronous_all_to_all && !bugs.segment_not_released) {
+    return plan;
+  }
   std::vector<NodeOp> ops;
   for (const NodeOp& op : plan.ops) {
     if (bugs.mtp_post_outside_segment && op.node == NodeKind::kMtpPostProcess &&
@@ -23,6 +24,18 @@ CombinedStepPlan WithScheduleBugs(CombinedStepPlan plan, const OverlapBugs& bugs
       continue;
     }
     ops.push_back(op);
+    if (bugs.synchronous_all_to_all && IsAllToAll(op.node) &&
+        (op.phase == Phase::kForward || op.phase == Phase::kReplay ||
+         op.phase == Phase::kBackward)) {
+      NodeOp wait = op;  // the all-to-all the operation started, waited for at once
+      wait.phase = Phase::kWait;
+      ops.push_back(wait);
+    }
+    if (bugs.segment_not_released && op.node == NodeKind::kSegment && op.phase == Phase::kReplay) {
+      NodeOp keep = op;  // the replayed nodes' graphs outlive their backward
+      keep.phase = Phase::kKeepGraphs;
+      ops.push_back(keep);
+    }
     if (bugs.flush_per_backward_call && op.phase == Phase::kBackward) {
       NodeOp flush;
       flush.node = NodeKind::kChunk;

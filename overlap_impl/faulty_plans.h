@@ -21,6 +21,11 @@ namespace bitparity {
 //   last MTP post-process cleared, instead of from the parked carrier (the seed's bug).
 // - flush_per_backward_call: the main grads are flushed after every backward operation, not
 //   once per microbatch, so that a tensor's gradient contributions are rounded in between.
+// - synchronous_all_to_all: a wait operation after every operation that starts an all-to-all:
+//   the same bits, nothing hidden (what the [[compare.overlap]] gate must catch).
+// - segment_not_released: a keep_graphs operation after every segment replay: each replayed
+//   node keeps its graph until the microbatch's gradient flush, so one more segment of
+//   activations is live at every later replay (what the recompute census must catch).
 // stale_routing_metadata is not a plan (overlap_impl/stale_routing_fault.h).
 CombinedStepPlan WithScheduleBugs(CombinedStepPlan plan, const OverlapBugs& bugs);
 

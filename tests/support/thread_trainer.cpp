@@ -66,8 +66,35 @@ std::string ReplicaDivergence(const RankRecords& records) {
   return "";
 }
 
+// Where the shapes of two runs' records differ (ranks, iterations, parameters), or "".
+std::string ShapeDifference(const RankRecords& a, const RankRecords& b) {
+  if (a.records.size() != b.records.size()) {
+    return "different world sizes: " + std::to_string(a.records.size()) + " vs " +
+           std::to_string(b.records.size()) + " ranks";
+  }
+  for (size_t r = 0; r < a.records.size(); ++r) {
+    const std::string rank = "rank " + std::to_string(r) + ": ";
+    if (a.records[r].size() != b.records[r].size()) {
+      return rank + std::to_string(a.records[r].size()) + " vs " +
+             std::to_string(b.records[r].size()) + " iterations";
+    }
+    if (a.params[r] != b.params[r]) return rank + "different parameters";
+    for (size_t i = 0; i < a.records[r].size(); ++i) {
+      const IterationRecord& x = a.records[r][i];
+      const IterationRecord& y = b.records[r][i];
+      if (x.grad_digests.size() != y.grad_digests.size() ||
+          x.param_digests.size() != y.param_digests.size() ||
+          x.grad_digests.size() != a.params[r].size()) {
+        return rank + "iteration " + std::to_string(x.iteration) + ": different digest counts";
+      }
+    }
+  }
+  return "";
+}
+
 std::string FirstDifference(const RankRecords& a, const RankRecords& b) {
-  if (a.records.size() != b.records.size()) return "different world sizes";
+  if (std::string shape = ShapeDifference(a, b); !shape.empty()) return shape;
+  if (a.records.empty()) return "";
   for (size_t i = 0; i < a.records[0].size(); ++i) {
     for (size_t r = 0; r < a.records.size(); ++r) {
       const IterationRecord& x = a.records[r][i];

@@ -31,7 +31,8 @@ struct ThreadTrainOptions {
 RankRecords TrainOnThreads(const Recipe& recipe, const std::string& arm,
                            const ThreadTrainOptions& options = {});
 
-// "" when identical, else the first difference (iteration, rank, record, parameter).
+// "" when identical, else the first difference: first of the records' shapes (ranks, iterations,
+// parameters, digest counts), then of their values (iteration, rank, record, parameter).
 std::string FirstDifference(const RankRecords& a, const RankRecords& b);
 
 // "" when every replicated (non-expert) parameter and its main grad are bitwise equal on every

@@ -1,0 +1,309 @@
+#include "app/commands.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "core/cpu_isa.h"
+#include "core/cuda_support.h"
+#include "core/determinism.h"
+#include "core/errors.h"
+#include "core/pipeline_schedule.h"
+#include "core/provenance.h"
+#include "core/rank_protocol.h"
+#include "core/recipe.h"
+#include "core/recipe_schema.h"
+#include "core/recompute_plan.h"
+#include "core/trace.h"
+#include "core/trace_keys.h"
+#include "harness/launcher.h"
+#include "harness/matrix_command.h"
+#include "harness/resources.h"
+#include "harness/run_command.h"
+#include "harness/trace_compare.h"
+#include "harness/trace_explain.h"
+#include "runtime/plan_command.h"
+#include "runtime/worker.h"
+
+namespace bitparity {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string RecomputeText(const RecomputeConfig& r) {
+  if (!r.full()) return "none";
+  if (r.unit == RecomputeUnit::kChunk) return "full, the whole chunk at once";
+  return std::string("full, ") + ToString(r.method) + ", num_layers " +
+         std::to_string(r.num_layers);
+}
+
+// One line per CPU level: what it pins, how bf16 GEMMs run, and whether this host runs it.
+void PrintCpuLevels(const std::set<std::string>& flags) {
+  std::cout << "CPU levels:  [parallel] cpu_isa (default " << ToString(ParallelConfig().cpu_isa)
+            << ") pins, in every rank:\n";
+  for (const EnumName<CpuIsa>& level : kCpuIsaNames) {
+    const CpuIsaPin& pin = PinOf(level.value);
+    const std::vector<std::string> missing = MissingCpuFlags(level.value, flags);
+    std::string lacks;
+    for (const std::string& f : missing) lacks += (lacks.empty() ? "" : " ") + f;
+    std::cout << "  " << std::left << std::setw(8) << level.name << std::right
+              << " ATEN_CPU_CAPABILITY="
+              << (pin.aten_cpu_capability ? pin.aten_cpu_capability : "(host's best)")
+              << " ONEDNN_MAX_CPU_ISA="
+              << (pin.onednn_max_cpu_isa ? pin.onednn_max_cpu_isa : "(host's best)")
+              << " MKL_CBWR=" << pin.mkl_cbwr << "; bf16 GEMMs "
+              << (pin.bf16_gemm == GemmPath::kNative ? "oneDNN's own"
+                                                     : "as fp32 GEMMs (fp32 accumulation)")
+              << (missing.empty() ? "" : "; not on this host (lacks " + lacks + ")") << "\n";
+  }
+}
+
+}  // namespace
+
+// What this build is and what this machine gives it: the facts that decide a run's bits and
+// whether the GPU path can run here. Reads the process as it is: pins nothing.
+int Info() {
+  const std::map<std::string, std::string> p = CollectProvenance();
+  const std::set<std::string> flags = HostCpuFlags();
+  std::cout << "bitparity " << p.at("git_revision") << " (" << p.at("compiler") << ")\n"
+            << "LibTorch:    " << p.at("libtorch_version") << " (" << p.at("libtorch_library")
+            << ")\n"
+            << "BLAS:        " << p.at("blas") << "; oneDNN " << p.at("onednn_version") << "\n"
+            << "CPU:         " << p.at("cpu_model") << " (" << p.at("cpu_vendor") << ") ["
+            << RelevantCpuFlags(flags)
+            << "]; ATen's kernels unpinned: " << p.at("aten_cpu_capability") << "\n";
+  PrintCpuLevels(flags);
+  if (!cuda::Compiled()) {
+    std::cout << "GPU path:    not built (LibTorch without CUDA, or -DBITPARITY_CUDA=OFF)\n";
+    return kExitPass;
+  }
+  const int gpus = cuda::DeviceCount();
+  std::cout << "GPU path:    built; " << gpus << " GPU(s) visible\n";
+  for (int g = 0; g < gpus; ++g) {
+    const std::map<std::string, std::string> gp = cuda::Provenance(g);
+    std::cout << "  cuda:" << g << "      " << gp.at("gpu_name") << " (sm_" << gp.at("gpu_sm")
+              << ", " << std::stoll(gp.at("gpu_memory_bytes")) / (1 << 20) << " MiB), driver "
+              << gp.at("cuda_driver") << ", CUDA runtime " << gp.at("cuda_runtime") << ", cuBLAS "
+              << gp.at("cublas") << ", cuDNN " << gp.at("cudnn") << ", NCCL " << gp.at("nccl")
+              << "\n";
+  }
+  return kExitPass;
+}
+
+int Validate(const std::string& path) {
+  Recipe recipe = LoadRecipe(path);
+  for (const std::string& warning : CheckResources(recipe, LocalMachine())) {
+    std::cerr << "warning: " << warning << "\n";
+  }
+  const ModelConfig& m = recipe.model;
+  std::cout << recipe.path << ": ok (recipe '" << recipe.name << "')\n"
+            << "  model: hidden " << m.hidden << ", heads " << m.heads << ", layers " << m.layers
+            << " (" << m.first_k_dense << " dense), experts " << m.experts << " top-" << m.topk
+            << ", vocab " << m.vocab << ", seq " << m.seq_len << ", mtp " << m.mtp_layers
+            << (m.mhc() ? ", mHC " + std::to_string(m.mhc_streams) + " streams" : std::string())
+            << ", " << ParameterCount(m) << " parameters\n"
+            << "  parallel: pp " << recipe.parallel.pp << " x ep " << recipe.parallel.ep
+            << " (world " << recipe.world_size() << ", rank = pp_rank x ep + ep_rank), vpp "
+            << recipe.parallel.vpp << ", threads/rank " << recipe.parallel.threads << ", CPU level "
+            << ToString(recipe.parallel.cpu_isa) << ", timeout " << recipe.parallel.timeout_seconds
+            << " s\n"
+            << "  train: " << recipe.train.iterations << " iterations, global batch "
+            << recipe.train.global_batch << ", micro batch " << recipe.train.micro_batch << ", "
+            << recipe.microbatches_per_rank() << " microbatches/rank\n";
+  if (recipe.parallel.pp > 1) {
+    const PipelineLayout pipeline = recipe.pipeline();
+    std::cout << "  pipeline: \"" << pipeline.Text() << "\", stages per pipeline rank:\n";
+    for (const std::string& line : pipeline.Describe()) std::cout << "    " << line << "\n";
+    PipelineScheduleConfig schedule =
+        PipelineScheduleConfig::Of(pipeline, recipe.microbatches_per_rank());
+    for (const bool overlap : {false, true}) {
+      const bool used = std::any_of(
+          recipe.arms.begin(), recipe.arms.end(),
+          [&](const ArmConfig& a) { return (a.engine == EngineKind::kOverlap) == overlap; });
+      if (!used) continue;
+      schedule.ep_overlap = overlap;
+      std::cout << (overlap ? "  combined 1F1B order of the overlap arms (one more warm-up "
+                              "forward; [F+B] merged into one step):\n"
+                            : "  1F1B order (F/B chunk.microbatch):\n");
+      for (int64_t r = 0; r < schedule.pp; ++r) {
+        std::cout << "    rank " << r << ": "
+                  << FormatPipelineSchedule(PipelineSchedule(schedule, r)) << "\n";
+      }
+    }
+  }
+  for (const ArmConfig& arm : recipe.arms) {
+    std::string segments;
+    std::vector<std::string> warnings;
+    if (recipe.parallel.pp > 1) {
+      // Counted within each chunk; the stages in virtual order, separated by '|'.
+      for (const PipelineStage& stage : recipe.pipeline().stages) {
+        const RecomputePlan plan =
+            BuildRecomputePlan(arm.recompute, stage.layers, stage.mtp_layers);
+        segments +=
+            std::string(stage.index ? " | " : "") + FormatChunkSegments(plan, stage, m.layers);
+        for (const std::string& w : plan.warnings) {
+          if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) {
+            warnings.push_back(w);
+          }
+        }
+      }
+    } else {
+      const RecomputePlan plan = BuildRecomputePlan(arm.recompute, m.layers, m.mtp_layers);
+      segments = FormatSegments(plan, m.layers);
+      warnings = plan.warnings;
+    }
+    std::cout << "  arm " << arm.name << ": engine " << ToString(arm.engine) << ", precision "
+              << ToString(arm.precision.recipe) << ", dispatcher " << ToString(arm.dispatcher)
+              << ", recompute " << RecomputeText(arm.recompute) << ", segments " << segments
+              << "\n";
+    for (const std::string& w : warnings) std::cout << "    warning: " << w << "\n";
+  }
+  return kExitPass;
+}
+
+int RunArm(const ArmOptions& o, const std::string& command_line) {
+  Recipe recipe = LoadRecipe(o.recipe);
+  for (const std::string& warning : CheckResources(recipe, LocalMachine())) {
+    std::cerr << "warning: " << warning << "\n";
+  }
+  std::string arm_name = o.arm;
+  if (arm_name.empty()) {
+    if (recipe.arms.size() != 1) {
+      std::ostringstream names;
+      for (const std::string& n : recipe.arm_names()) names << " " << n;
+      throw InputError(recipe.path + ": --arm is required (the recipe has arms:" + names.str() +
+                       ")");
+    }
+    arm_name = recipe.arms[0].name;
+  }
+  recipe.arm(arm_name);  // InputError if unknown
+  fs::path out(o.out);
+  if (out.has_parent_path() && !fs::is_directory(out.parent_path())) {
+    std::error_code ec;
+    fs::create_directories(out.parent_path(), ec);
+    if (ec) throw InputError(o.out + ": cannot create directory " + out.parent_path().string());
+  }
+  if (fs::is_directory(out)) throw InputError(o.out + ": is a directory, expected a .h5 path");
+  // The trace replaces --out atomically: never a file that is an input, nor one that is not a
+  // trace (a recipe, a report, anything else a typo could name).
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    if (fs::equivalent(out, recipe.path, ec)) {
+      throw InputError("--out " + o.out + " is the recipe " + recipe.path +
+                       "; refusing to replace an input with a trace");
+    }
+    try {
+      ReadTraceIsolated(o.out, /*require_complete=*/false);
+    } catch (const std::exception&) {
+      throw InputError("--out " + o.out +
+                       " exists and is not a bitparity trace; refusing to overwrite it (remove it "
+                       "or name another file)");
+    }
+  }
+
+  LaunchOptions launch;
+  launch.executable = SelfExecutable();
+  launch.worker.recipe_path = recipe.path;
+  launch.recipe_text = recipe.text;
+  launch.worker.arm = arm_name;
+  launch.trace_path = o.out;
+  launch.log_dir = o.log_dir.empty() ? o.out + ".logs" : o.log_dir;
+  launch.world_size = recipe.world_size();
+  launch.timeout_seconds = recipe.parallel.timeout_seconds;
+  launch.trace_attributes[trace_keys::kCommandLine] = command_line;
+  launch.worker.memory_timeline = o.memory_timeline;
+  launch.worker.probes = o.probes;
+  if (!o.quiet) {
+    launch.on_progress = [](const ProgressEvent& e) {
+      std::printf("  iteration %lld/%lld  loss %.6f  %.3f s\n", static_cast<long long>(e.iteration),
+                  static_cast<long long>(e.iterations), e.loss, e.step_seconds);
+      std::fflush(stdout);
+    };
+    std::printf("arm %s of %s: %lld rank(s), logs in %s\n", arm_name.c_str(), recipe.path.c_str(),
+                static_cast<long long>(recipe.world_size()), launch.log_dir.c_str());
+  }
+  LaunchResult result = LaunchArm(launch);
+  if (result.exit_code != kExitPass) {
+    std::cerr << "error: " << result.failure;
+    return result.exit_code;
+  }
+  const auto& its = result.trace.ranks[0].iterations;
+  std::printf("wrote %s: %zu iterations, loss %.6f -> %.6f, %.1f s\n", o.out.c_str(), its.size(),
+              its.front().loss, its.back().loss, result.seconds);
+  return kExitPass;
+}
+
+int Diff(const std::string& path_a, const std::string& path_b, int64_t show, bool explain) {
+  Trace a = ReadTraceIsolated(path_a);
+  Trace b = ReadTraceIsolated(path_b);
+  if (explain) {
+    const TraceExplanation e = ExplainTraces(a, b);
+    std::printf("%s%s", e.records.identical ? "identical\n" : "DIFFERENT\n",
+                e.Describe("A", "B").c_str());
+    return e.records.identical ? kExitPass : kExitCheckFailed;
+  }
+  CompareScope scope;
+  scope.keep = std::max<int64_t>(1, show);
+  TraceComparison c = CompareTraces(a, b, scope);
+  if (c.identical) {
+    std::printf("identical: %zu rank(s), %zu iterations, %lld records compared bit for bit\n",
+                a.ranks.size(), a.ranks[0].iterations.size(),
+                static_cast<long long>(c.compared_records));
+    return kExitPass;
+  }
+  if (c.first->record == "structure") {
+    std::printf("DIFFERENT: %s\n", c.first->Describe().c_str());
+    return kExitCheckFailed;
+  }
+  std::printf("DIFFERENT: first difference at %s\n", c.first->Describe().c_str());
+  std::printf("%lld of %lld records differ\n", static_cast<long long>(c.differing_records),
+              static_cast<long long>(c.compared_records));
+  for (size_t i = 1; i < c.kept.size(); ++i) std::printf("  %s\n", c.kept[i].Describe().c_str());
+  return kExitCheckFailed;
+}
+
+int Timeline(const std::string& path, int64_t rank, int64_t iteration, bool csv) {
+  Trace trace = ReadTraceIsolated(path);
+  if (rank < 0 || rank >= static_cast<int64_t>(trace.ranks.size())) {
+    throw InputError(path + ": has no rank " + std::to_string(rank));
+  }
+  const std::vector<MemorySample>& samples = trace.ranks[rank].memory_timeline;
+  if (samples.empty()) {
+    throw InputError(path + ": has no memory timeline (record one with --memory-timeline)");
+  }
+  if (csv) std::printf("iteration,time_ms,current_bytes,peak_bytes,phase\n");
+  int64_t start = 0, shown = 0;
+  for (const MemorySample& s : samples) {
+    if (iteration > 0 && s.iteration != iteration) continue;
+    if (s.label == "iteration start") start = s.time_ns;
+    const double ms = (s.time_ns - start) / 1e6;
+    if (csv) {
+      std::printf("%lld,%.3f,%lld,%lld,\"%s\"\n", static_cast<long long>(s.iteration), ms,
+                  static_cast<long long>(s.current_bytes), static_cast<long long>(s.peak_bytes),
+                  s.label.c_str());
+    } else {
+      std::printf("%4lld %9.2f ms  live %9.3f MiB  peak %9.3f MiB  %s\n",
+                  static_cast<long long>(s.iteration), ms, s.current_bytes / 1048576.0,
+                  s.peak_bytes / 1048576.0, s.label.c_str());
+    }
+    ++shown;
+  }
+  if (shown == 0)
+    throw InputError(path + ": no samples for iteration " + std::to_string(iteration));
+  return kExitPass;
+}
+
+int Merge(const std::string& parts_dir, const std::string& out) {
+  Trace merged = MergeTraceParts(parts_dir);
+  WriteTrace(out, merged);
+  std::printf("wrote %s: %zu rank(s), %zu iterations\n", out.c_str(), merged.ranks.size(),
+              merged.ranks[0].iterations.size());
+  return kExitPass;
+}
+
+}  // namespace bitparity

@@ -239,198 +239,245 @@ void RemoveDeadProcessDebris(const std::string& dir) {
   }
 }
 
-LaunchResult LaunchArm(const LaunchOptions& options) {
-  const auto start = Clock::now();
-  LaunchResult result;
-  const int64_t world = options.world_size;
-  std::error_code ec;
-  fs::create_directories(options.log_dir, ec);
-  if (ec) {
-    throw InfrastructureError(
-        DescribeWriteError(options.log_dir, "cannot create the log directory", ec.value()));
-  }
-  const fs::path parts = options.trace_path + ".parts." + std::to_string(::getpid());
-  RemoveDeadProcessDebris(fs::absolute(parts, ec).parent_path().string());
-  fs::remove_all(parts, ec);
-  fs::create_directories(parts, ec);
-  if (ec) {
-    throw InfrastructureError(
-        DescribeWriteError(parts.string(), "cannot create the ranks' folder", ec.value()));
-  }
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code e;
-      fs::remove_all(dir, e);
-    }
-  } cleanup{parts};
-  WorkerRequest base_request = options.worker;
-  if (!options.recipe_text.empty()) {
-    // The copy keeps the file's stem: a recipe without a name key is named after it.
-    const fs::path copy =
-        parts / fs::path(options.worker.recipe_path).filename().replace_extension(".toml");
-    WriteFileAtomically(copy.string(), options.recipe_text);
-    base_request.recipe_path = copy.string();
-    base_request.recipe_digest = RecipeDigest(options.recipe_text);
+namespace {
+
+// One run of LaunchArm: the parts folder, the rank processes, their watch and the merged trace.
+class RankGroupRun {
+ public:
+  explicit RankGroupRun(const LaunchOptions& options)
+      : options_(options),
+        world_(options.world_size),
+        start_(Clock::now()),
+        parts_(options.trace_path + ".parts." + std::to_string(::getpid())) {}
+
+  ~RankGroupRun() {
+    std::error_code ec;
+    fs::remove_all(parts_, ec);
   }
 
-  const int port = world > 1 ? FreeLoopbackPort() : 0;
+  LaunchResult Run() {
+    PrepareFolders();
+    StartRanks();
+    const bool timed_out = WatchRanks();
+    EndRanks();
+    result_.seconds = Elapsed();
+    if (interrupted_ != 0) return Interrupted();
+    bool any_failed = false;
+    for (const RankStatus& s : status_) any_failed |= s.failed() || s.ended_by_launcher;
+    if (timed_out || any_failed) return Failed(timed_out);
+    return Merged();
+  }
+
+ private:
+  double Elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+  // The log folder and the ranks' own parts folder, with the recipe text the ranks train.
+  void PrepareFolders() {
+    std::error_code ec;
+    fs::create_directories(options_.log_dir, ec);
+    if (ec) {
+      throw InfrastructureError(
+          DescribeWriteError(options_.log_dir, "cannot create the log directory", ec.value()));
+    }
+    RemoveDeadProcessDebris(fs::absolute(parts_, ec).parent_path().string());
+    fs::remove_all(parts_, ec);
+    fs::create_directories(parts_, ec);
+    if (ec) {
+      throw InfrastructureError(
+          DescribeWriteError(parts_.string(), "cannot create the ranks' folder", ec.value()));
+    }
+    request_ = options_.worker;
+    request_.out_dir = parts_.string();
+    if (!options_.recipe_text.empty()) {
+      // The copy keeps the file's stem: a recipe without a name key is named after it.
+      const fs::path copy =
+          parts_ / fs::path(options_.worker.recipe_path).filename().replace_extension(".toml");
+      WriteFileAtomically(copy.string(), options_.recipe_text);
+      request_.recipe_path = copy.string();
+      request_.recipe_digest = RecipeDigest(options_.recipe_text);
+    }
+  }
+
   // Every rank in one process group (led by rank 0), ended with SIGKILL if the launcher dies.
-  pid_t group = 0;
-  std::vector<ChildProcess> children;
-  std::vector<std::string> logs;
-  for (int64_t r = 0; r < world; ++r) {
-    logs.push_back((fs::path(options.log_dir) / ("rank_" + std::to_string(r) + ".log")).string());
-    // The child opens (and truncates) its log after fork: remove an old one first so that the
-    // progress follower never reads a previous run's lines.
-    fs::remove(logs.back(), ec);
-    ProcessOptions process;
-    process.executable = options.executable;
-    WorkerRequest request = base_request;
-    request.out_dir = parts.string();
-    process.arguments = WorkerArguments(request);
-    process.set_environment = {{"RANK", std::to_string(r)},
-                               {"WORLD_SIZE", std::to_string(world)},
-                               {"LOCAL_RANK", std::to_string(r)},
-                               {"MASTER_ADDR", "127.0.0.1"}};
-    if (world > 1) process.set_environment["MASTER_PORT"] = std::to_string(port);
-    for (const auto& [key, value] : options.environment) process.set_environment[key] = value;
-    // What this process pinned for itself is not the rank's: it pins its recipe's level.
-    process.unset_environment = VariablesPinnedHere();
-    process.output_path = logs.back();
-    process.process_group = group;
-    try {
-      children.push_back(ChildProcess::Start(process));
-    } catch (const std::exception& e) {
-      SignalProcessGroup(group, SIGKILL);
-      for (ChildProcess& c : children) c.Wait();
-      throw InfrastructureError("cannot start rank " + std::to_string(r) + " (" +
-                                options.executable + "): " + e.what());
+  void StartRanks() {
+    const int port = world_ > 1 ? FreeLoopbackPort() : 0;
+    for (int64_t r = 0; r < world_; ++r) {
+      logs_.push_back(
+          (fs::path(options_.log_dir) / ("rank_" + std::to_string(r) + ".log")).string());
+      // The child opens (and truncates) its log after fork: remove an old one first so that the
+      // progress follower never reads a previous run's lines.
+      std::error_code ec;
+      fs::remove(logs_.back(), ec);
+      ProcessOptions process;
+      process.executable = options_.executable;
+      process.arguments = WorkerArguments(request_);
+      process.set_environment = {{"RANK", std::to_string(r)},
+                                 {"WORLD_SIZE", std::to_string(world_)},
+                                 {"LOCAL_RANK", std::to_string(r)},
+                                 {"MASTER_ADDR", "127.0.0.1"}};
+      if (world_ > 1) process.set_environment["MASTER_PORT"] = std::to_string(port);
+      for (const auto& [key, value] : options_.environment) process.set_environment[key] = value;
+      // What this process pinned for itself is not the rank's: it pins its recipe's level.
+      process.unset_environment = VariablesPinnedHere();
+      process.output_path = logs_.back();
+      process.process_group = group_;
+      try {
+        children_.push_back(ChildProcess::Start(process));
+      } catch (const std::exception& e) {
+        SignalProcessGroup(group_, SIGKILL);
+        for (ChildProcess& c : children_) c.Wait();
+        throw InfrastructureError("cannot start rank " + std::to_string(r) + " (" +
+                                  options_.executable + "): " + e.what());
+      }
+      if (group_ == 0) group_ = children_.back().pid();
     }
-    if (group == 0) group = children.back().pid();
+    status_.resize(static_cast<size_t>(world_));
   }
 
-  std::vector<RankStatus> status(static_cast<size_t>(world));
-  LogFollower progress(logs[0]);
-  auto poll_ranks = [&] {
-    for (int64_t r = 0; r < world; ++r) {
-      if (status[r].finished) continue;
-      if (children[r].Poll()) Decode(children[r].wait_status(), &status[r]);
+  void PollRanks(LogFollower& progress) {
+    for (int64_t r = 0; r < world_; ++r) {
+      if (status_[r].finished) continue;
+      if (children_[r].Poll()) Decode(children_[r].wait_status(), &status_[r]);
     }
     progress.Poll([&](const std::string& line) {
-      if (!options.on_progress) return;
-      if (std::optional<ProgressEvent> event = ParseProgressLine(line)) options.on_progress(*event);
-    });
-  };
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-
-  bool timed_out = false;
-  int interrupted = 0;
-  for (;;) {
-    if ((interrupted = InterruptSignal()) != 0) break;
-    poll_ranks();
-    bool all_done = true, any_failed = false;
-    for (const RankStatus& s : status) {
-      all_done &= s.finished;
-      any_failed |= s.failed();
-    }
-    if (all_done && !any_failed) break;
-    if (any_failed) {
-      // Let the other ranks notice and exit on their own for a moment (their exit codes help
-      // attribute the fault), then end whatever still runs.
-      const auto grace_end = Clock::now() + std::chrono::milliseconds(1500);
-      while (Clock::now() < grace_end) {
-        poll_ranks();
-        bool done = true;
-        for (const RankStatus& s : status) done &= s.finished;
-        if (done) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!options_.on_progress) return;
+      if (std::optional<ProgressEvent> event = ParseProgressLine(line)) {
+        options_.on_progress(*event);
       }
-      break;
-    }
-    if (elapsed() > options.timeout_seconds) {
-      timed_out = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    });
   }
-  bool ended_any = false;
-  for (int64_t r = 0; r < world; ++r) {
-    if (!status[r].finished) {
-      status[r].ended_by_launcher = true;
-      status[r].finished = true;
+
+  // Until every rank finished, one failed (then a short grace for the others to notice), the
+  // launcher was interrupted or the timeout passed; whether it timed out.
+  bool WatchRanks() {
+    LogFollower progress(logs_[0]);
+    for (;;) {
+      if ((interrupted_ = InterruptSignal()) != 0) return false;
+      PollRanks(progress);
+      bool all_done = true, any_failed = false;
+      for (const RankStatus& s : status_) {
+        all_done &= s.finished;
+        any_failed |= s.failed();
+      }
+      if (all_done && !any_failed) return false;
+      if (any_failed) {
+        // Let the other ranks notice and exit on their own for a moment (their exit codes help
+        // attribute the fault), then end whatever still runs.
+        const auto grace_end = Clock::now() + std::chrono::milliseconds(1500);
+        while (Clock::now() < grace_end) {
+          PollRanks(progress);
+          bool done = true;
+          for (const RankStatus& s : status_) done &= s.finished;
+          if (done) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return false;
+      }
+      if (Elapsed() > options_.timeout_seconds) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // Ends every rank still running and reaps them all.
+  void EndRanks() {
+    bool ended_any = false;
+    for (RankStatus& s : status_) {
+      if (s.finished) continue;
+      s.ended_by_launcher = true;
+      s.finished = true;
       ended_any = true;
     }
-  }
-  if (ended_any) SignalProcessGroup(group, SIGKILL);
-  for (ChildProcess& c : children) c.Wait();
-  result.seconds = elapsed();
-  if (interrupted != 0) {
-    result.exit_code = 128 + interrupted;
-    result.failure = "interrupted by " + SignalName(interrupted) + " after " +
-                     std::to_string(static_cast<int64_t>(result.seconds)) + " s; its " +
-                     std::to_string(world) + " rank(s) were ended (arm '" + options.worker.arm +
-                     "')";
-    return result;
+    if (ended_any) SignalProcessGroup(group_, SIGKILL);
+    for (ChildProcess& c : children_) c.Wait();
   }
 
-  bool any_failed = false;
-  bool all_bad_input = true;
-  for (const RankStatus& s : status) {
-    if (s.failed() || s.ended_by_launcher) {
-      any_failed = true;
+  LaunchResult Interrupted() {
+    result_.exit_code = 128 + interrupted_;
+    result_.failure = "interrupted by " + SignalName(interrupted_) + " after " +
+                      std::to_string(static_cast<int64_t>(result_.seconds)) + " s; its " +
+                      std::to_string(world_) + " rank(s) were ended (arm '" + options_.worker.arm +
+                      "')";
+    return result_;
+  }
+
+  // The failing rank, how it failed, what it said, its log's tail, and every other rank's state.
+  LaunchResult Failed(bool timed_out) {
+    bool all_bad_input = true;
+    for (const RankStatus& s : status_) {
+      if (!(s.failed() || s.ended_by_launcher)) continue;
       if (s.signaled || s.ended_by_launcher || s.exit_code != kExitBadInput) all_bad_input = false;
     }
-  }
-  if (timed_out || any_failed) {
-    const int64_t culprit = Culprit(status);
-    result.failed_rank = culprit;
+    const int64_t culprit = Culprit(status_);
+    result_.failed_rank = culprit;
     std::ostringstream msg;
     if (timed_out) {
-      msg << "the run exceeded the recipe's timeout of " << options.timeout_seconds << " s; rank "
+      msg << "the run exceeded the recipe's timeout of " << options_.timeout_seconds << " s; rank "
           << culprit << " was still running and was ended";
     } else {
-      msg << "rank " << culprit << " " << status[culprit].Describe();
-      const std::string said = RankErrorLine(logs[culprit]);
+      msg << "rank " << culprit << " " << status_[culprit].Describe();
+      const std::string said = RankErrorLine(logs_[culprit]);
       if (!said.empty()) msg << ": " << said;
       if (said.find("no space left") == std::string::npos) {
-        msg << FullDiskNote(parts.parent_path().empty() ? "." : parts.parent_path().string());
+        msg << FullDiskNote(parts_.parent_path().empty() ? "." : parts_.parent_path().string());
       }
     }
-    msg << " (arm '" << options.worker.arm << "', " << world << " rank(s), after " << result.seconds
-        << " s)\n";
-    for (int64_t r = 0; r < world; ++r) {
-      if (r != culprit) msg << "  rank " << r << " " << status[r].Describe() << "\n";
+    msg << " (arm '" << options_.worker.arm << "', " << world_ << " rank(s), after "
+        << result_.seconds << " s)\n";
+    for (int64_t r = 0; r < world_; ++r) {
+      if (r != culprit) msg << "  rank " << r << " " << status_[r].Describe() << "\n";
     }
-    msg << "  last lines of " << logs[culprit] << ":\n" << LogTail(logs[culprit], 20);
-    result.failure = msg.str();
-    result.exit_code = (!timed_out && all_bad_input) ? kExitBadInput : kExitInfrastructure;
-    return result;
+    msg << "  last lines of " << logs_[culprit] << ":\n" << LogTail(logs_[culprit], 20);
+    result_.failure = msg.str();
+    result_.exit_code = (!timed_out && all_bad_input) ? kExitBadInput : kExitInfrastructure;
+    return result_;
   }
 
-  try {
-    result.trace = MergeTraceParts(parts.string());
-  } catch (const InputError& e) {
-    result.exit_code = kExitInfrastructure;
-    result.failure =
-        std::string("every rank exited 0 but the trace parts are unusable: ") + e.what();
-    return result;
+  // Every rank finished: their parts merged into one trace, written atomically.
+  LaunchResult Merged() {
+    try {
+      result_.trace = MergeTraceParts(parts_.string());
+    } catch (const InputError& e) {
+      result_.exit_code = kExitInfrastructure;
+      result_.failure =
+          std::string("every rank exited 0 but the trace parts are unusable: ") + e.what();
+      return result_;
+    }
+    for (const auto& [key, value] : options_.trace_attributes) {
+      result_.trace.attributes[key] = value;
+    }
+    // The parts are in memory now: their disk space is given back before the merged trace needs
+    // it.
+    std::error_code ec;
+    fs::remove_all(parts_, ec);
+    try {
+      WriteTrace(options_.trace_path, result_.trace);
+    } catch (const InfrastructureError& e) {
+      result_.exit_code = kExitInfrastructure;
+      result_.failure =
+          std::string("every rank finished, but the merged trace was not written: ") + e.what();
+      result_.trace = Trace();
+      return result_;
+    }
+    result_.exit_code = kExitPass;
+    return result_;
   }
-  for (const auto& [key, value] : options.trace_attributes) result.trace.attributes[key] = value;
-  // The parts are in memory now: their disk space is given back before the merged trace needs it.
-  fs::remove_all(parts, ec);
-  try {
-    WriteTrace(options.trace_path, result.trace);
-  } catch (const InfrastructureError& e) {
-    result.exit_code = kExitInfrastructure;
-    result.failure =
-        std::string("every rank finished, but the merged trace was not written: ") + e.what();
-    result.trace = Trace();
-    return result;
-  }
-  result.exit_code = kExitPass;
-  return result;
-}
+
+  const LaunchOptions& options_;
+  const int64_t world_;
+  const Clock::time_point start_;
+  const fs::path parts_;
+  WorkerRequest request_;
+  pid_t group_ = 0;
+  std::vector<ChildProcess> children_;
+  std::vector<std::string> logs_;
+  std::vector<RankStatus> status_;
+  int interrupted_ = 0;
+  LaunchResult result_;
+};
+
+}  // namespace
+
+LaunchResult LaunchArm(const LaunchOptions& options) { return RankGroupRun(options).Run(); }
 
 int FreeLoopbackPort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -366,30 +366,45 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
 
   IterationRecord record;
   record.iteration = iteration;
-  record.gemm_flops_forward = flops.of(FlopPass::kForward);
-  record.gemm_flops_replay = flops.of(FlopPass::kReplay);
-  record.gemm_flops_backward = flops.of(FlopPass::kBackward);
-  record.gemm_flops_attention = flops.of(GemmCategory::kAttention);
-  record.gemm_flops_dense = flops.of(GemmCategory::kDense);
-  record.gemm_flops_expert = flops.of(GemmCategory::kExpert);
-  record.gemm_flops_head = flops.of(GemmCategory::kHead);
-  record.gemm_flops_other = flops.of(GemmCategory::kOther);
+  RecordFlopsAndComm(flops, &record);
+  RecordGradients(&record, dumps);
+  ClipAndStep(iteration, &record);
+  RecordLosses(losses, &record);
+  record.peak_bytes = MemoryTracker::peak_bytes();
+  record.end_bytes = MemoryTracker::current_bytes();
+  record.step_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return record;
+}
+
+void Trainer::RecordFlopsAndComm(const FlopCount& flops, IterationRecord* record) {
+  record->gemm_flops_forward = flops.of(FlopPass::kForward);
+  record->gemm_flops_replay = flops.of(FlopPass::kReplay);
+  record->gemm_flops_backward = flops.of(FlopPass::kBackward);
+  record->gemm_flops_attention = flops.of(GemmCategory::kAttention);
+  record->gemm_flops_dense = flops.of(GemmCategory::kDense);
+  record->gemm_flops_expert = flops.of(GemmCategory::kExpert);
+  record->gemm_flops_head = flops.of(GemmCategory::kHead);
+  record->gemm_flops_other = flops.of(GemmCategory::kOther);
   // stats() merges the iteration's intervals (on GPUs, waits for their events): once each.
   const CommStats& comm = ep_comm_->stats();
-  record.comm_seconds = comm.in_flight_seconds;
-  record.comm_exposed_seconds = comm.exposed_seconds;
-  record.comm_count_exchange_seconds = comm.count_exchange_seconds;
-  record.comm_count = comm.count;
+  record->comm_seconds = comm.in_flight_seconds;
+  record->comm_exposed_seconds = comm.exposed_seconds;
+  record->comm_count_exchange_seconds = comm.count_exchange_seconds;
+  record->comm_count = comm.count;
   if (pp_comm_) {
     const TransferStats& p2p = pp_comm_->stats().p2p;
-    record.p2p_count = p2p.count;
-    record.p2p_bytes = p2p.bytes;
-    record.p2p_exposed_seconds = p2p.exposed_seconds;
+    record->p2p_count = p2p.count;
+    record->p2p_bytes = p2p.bytes;
+    record->p2p_exposed_seconds = p2p.exposed_seconds;
   }
-  auto record_start = std::chrono::steady_clock::now();
-  for (const Parameter& p : params.all()) {
+}
+
+void Trainer::RecordGradients(IterationRecord* record, std::vector<TensorDump>* dumps) {
+  const auto record_start = std::chrono::steady_clock::now();
+  for (const Parameter& p : model_->parameters().all()) {
     at::Tensor grad = p.main_grad.cpu().contiguous();
-    record.grad_digests.push_back(TensorDigest(grad));
+    record->grad_digests.push_back(TensorDigest(grad));
     if (dumps) {
       TensorDump dump;
       dump.name = p.name;
@@ -399,25 +414,33 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
       dumps->push_back(std::move(dump));
     }
   }
-  record.record_seconds =
+  record->record_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count();
-  record.grad_norm = GlobalGradNorm();
+}
+
+// The gradient norm before clipping, the clipped main grads, the step at the iteration's learning
+// rate, and every master parameter's digest after it.
+void Trainer::ClipAndStep(int64_t iteration, IterationRecord* record) {
+  ParameterStore& params = model_->parameters();
+  record->grad_norm = GlobalGradNorm();
   const double clip = recipe_.train.clip_grad;
   if (clip > 0) {
-    const double coefficient = clip / (record.grad_norm + 1e-6);
+    const double coefficient = clip / (record->grad_norm + 1e-6);
     if (coefficient < 1.0) {
       for (Parameter& p : params.all()) p.main_grad.mul_(coefficient);
     }
   }
-  record.learning_rate = optimizer_->LearningRate(iteration);
+  record->learning_rate = optimizer_->LearningRate(iteration);
   MemoryTimeline::Mark("gradient reduction and norm");
-  optimizer_->Step(iteration, record.learning_rate);
+  optimizer_->Step(iteration, record->learning_rate);
   MemoryTimeline::Mark("optimizer step");
-  record_start = std::chrono::steady_clock::now();
-  for (const Parameter& p : params.all()) record.param_digests.push_back(TensorDigest(p.master));
-  record.record_seconds +=
+  const auto record_start = std::chrono::steady_clock::now();
+  for (const Parameter& p : params.all()) record->param_digests.push_back(TensorDigest(p.master));
+  record->record_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count();
+}
 
+void Trainer::RecordLosses(const std::vector<MicrobatchLosses>& losses, IterationRecord* record) {
   // Loss terms: this pipeline's means in microbatch order (the loss stage's values, and the aux
   // losses of every stage's layers, layer by layer); the global loss summed in EP rank order.
   const double microbatches = static_cast<double>(losses.size());
@@ -451,20 +474,15 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   for (double v : aux_by_layer) {
     if (!std::isnan(v)) aux += v;
   }
-  record.lm_loss = static_cast<float>(loss_terms[0] / microbatches);
+  record->lm_loss = static_cast<float>(loss_terms[0] / microbatches);
   const double mtp_terms = loss_terms[2];
-  record.mtp_loss = mtp_terms > 0 ? static_cast<float>(loss_terms[1] / mtp_terms) : 0.0f;
-  record.aux_loss = static_cast<float>(aux / microbatches);
+  record->mtp_loss = mtp_terms > 0 ? static_cast<float>(loss_terms[1] / mtp_terms) : 0.0f;
+  record->aux_loss = static_cast<float>(aux / microbatches);
   double global = 0;
   for (const at::Tensor& part : ep_comm_->AllGather(at::full({1}, loss_terms[3], at::kDouble))) {
     global += part.item<double>();
   }
-  record.loss = static_cast<float>(global / (microbatches * static_cast<double>(layout_.dp_size)));
-  record.peak_bytes = MemoryTracker::peak_bytes();
-  record.end_bytes = MemoryTracker::current_bytes();
-  record.step_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return record;
+  record->loss = static_cast<float>(global / (microbatches * static_cast<double>(layout_.dp_size)));
 }
 
 }  // namespace bitparity

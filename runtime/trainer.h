@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "core/flop_count.h"
 #include "core/rank_context.h"
 #include "core/recipe.h"
 #include "core/synthetic_data.h"
@@ -73,6 +74,13 @@ class Trainer {
   std::vector<std::vector<double>> GatherOverStages(const std::vector<std::vector<double>>& local);
   void ApplyPerturbation(int64_t iteration);
   void RecordReplayCensus(int64_t iteration, int64_t start_bytes);
+  // The pieces of an iteration's record: its counted GEMM FLOPs and communication figures; every
+  // main grad's digest (and dump); the norm, clipping and the optimizer step with the parameters'
+  // digests after it; the loss terms, gathered over the pipeline and the EP group.
+  void RecordFlopsAndComm(const FlopCount& flops, IterationRecord* record);
+  void RecordGradients(IterationRecord* record, std::vector<TensorDump>* dumps);
+  void ClipAndStep(int64_t iteration, IterationRecord* record);
+  void RecordLosses(const std::vector<MicrobatchLosses>& losses, IterationRecord* record);
 
   const Recipe& recipe_;
   ArmConfig arm_;

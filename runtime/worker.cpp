@@ -38,7 +38,9 @@ std::string RecomputeSummary(const RecomputeConfig& r) {
   return std::string("full/") + ToString(r.method) + "/" + std::to_string(r.num_layers);
 }
 
-int Run(const WorkerRequest& request) {
+// The recipe text the launcher handed over (its digest checked), with the request's extra dump
+// iterations.
+Recipe LoadRequestedRecipe(const WorkerRequest& request) {
   Recipe recipe = LoadRecipe(request.recipe_path);
   const std::string digest = RecipeDigest(recipe.text);
   if (!request.recipe_digest.empty() && digest != request.recipe_digest) {
@@ -53,25 +55,14 @@ int Run(const WorkerRequest& request) {
     }
     recipe.trace.dump_grads_at.push_back(it);
   }
-  const ArmConfig& arm = recipe.arm(request.arm);
-  const std::string& out_dir = request.out_dir;
-  const int64_t stop_after = request.stop_after;
-  RankContext context = RankContextFromEnvironment();
-  ParallelLayout layout = ParallelLayout::Make(context.rank, context.world_size, recipe.parallel.ep,
-                                               recipe.model.experts, recipe.parallel.pp);
-  const DebugSwitches switches = ReadDebugSwitches();
-  const FaultPlan& fault = switches.fault;
-  if (!std::filesystem::is_directory(out_dir)) {
-    throw InputError(out_dir + ": output directory does not exist");
-  }
-  // The first line of every rank's log: which process and process group it is, so that a
-  // launcher's tests can check that no member of the group outlives a failed run.
-  std::printf("%s\n", FormatRankIdentityLine({context.rank, ::getpid(), ::getpgrp()}).c_str());
-  std::fflush(stdout);
-  MaybeInjectFault(fault, context.rank, 0);
+  return recipe;
+}
 
-  // The environment ATen, oneDNN, MKL, cuBLAS and NCCL read at their first use, before anything
-  // computes: among it the recipe's CPU instruction-set level.
+// The environment ATen, oneDNN, MKL, cuBLAS and NCCL read at their first use, before anything
+// computes: among it the recipe's CPU instruction-set level; then memory accounting, threads and
+// deterministic algorithms.
+void PrepareProcess(const Recipe& recipe, const WorkerRequest& request,
+                    const DebugSwitches& switches) {
   const DeviceKind device = recipe.parallel.device;
   RequireHostRuns(recipe.parallel.cpu_isa, request.recipe_path + ": ");
   PinEnvironment(ToString(device), recipe.parallel.cpu_isa);
@@ -84,69 +75,53 @@ int Run(const WorkerRequest& request) {
     AllowNondeterministicAlgorithms();
   }
   if (device == DeviceKind::kCuda && cuda::Compiled()) cuda::ConfigureDeterminism();
-  // Collectives give up a little before the launcher's deadline, so that a rank stuck waiting for
-  // a hung peer exits on its own and the launcher can tell the hung rank from its victims.
-  const auto timeout = std::chrono::milliseconds(
-      std::max<int64_t>(1000, static_cast<int64_t>(recipe.parallel.timeout_seconds * 600.0)));
-  std::shared_ptr<Communicator> comm = Communicator::Connect(context, device, timeout);
-  const int gpu = comm->device().is_cuda() ? comm->device().index() : -1;
-  if (gpu >= 0) MemoryTracker::TrackCudaDevice(gpu);
+}
 
-  Trainer trainer(recipe, arm, layout, comm, switches.bugs);
-  std::map<std::string, std::string> model_attributes;
-  trainer.set_perturbation(switches.perturbation);
-  for (const std::string& w : trainer.warnings()) std::cerr << "warning: " << w << "\n";
+// What the rank knows of its model before training: the memory model's prediction (from probes of
+// this rank's model, collective over the EP group; the pipeline stages probe their own layers),
+// handed to the trainer for the recompute census too, and the GEMM ceiling MFU is against.
+std::map<std::string, std::string> ModelAttributes(Trainer& trainer, const Recipe& recipe,
+                                                   const ArmConfig& arm,
+                                                   const ParallelLayout& layout,
+                                                   const at::Device& device) {
+  std::map<std::string, std::string> attributes;
+  MemoryProbe probe = ProbeMemory(trainer.model(), trainer.MakeMicrobatches(1).front());
+  const ModelConfig& model = trainer.model().config();  // the arm's, resolved once
+  MemoryPrediction prediction =
+      PredictPeak(probe, arm, model, recipe.pipeline(), layout.pp_rank,
+                  recipe.microbatches_per_rank(), MemoryTracker::current_bytes());
+  attributes[trace_keys::kMemoryModelPredictedPeakBytes] = std::to_string(prediction.peak_bytes);
+  attributes[trace_keys::kMemoryModelStaticBytes] = std::to_string(prediction.static_bytes);
+  attributes[trace_keys::kMemoryModelPeakPhase] = prediction.peak_phase;
+  attributes[trace_keys::kMemoryModelInputBytes] = std::to_string(probe.input_bytes);
+  int64_t largest = 0;
+  for (const LayerMemory& layer : probe.layers) largest = std::max(largest, layer.retained);
+  attributes[trace_keys::kMemoryModelLayerBytes] = std::to_string(largest);
+  trainer.set_replay_levels(std::move(prediction.replay_levels));
+  // The ceiling in the dtype this arm's GEMMs run in (emulated FP8 runs bf16 GEMMs), on the
+  // process's GEMM path, with this rank's threads, on its device, as loaded as it is now.
+  const GemmThroughput ceiling = MeasureGemmCeiling(
+      arm.precision.recipe == PrecisionRecipe::kFp32 ? at::kFloat : at::kBFloat16, device,
+      gemm::Multiply, ToString(gemm::ActivePath()));
+  char rate[32];
+  std::snprintf(rate, sizeof(rate), "%.6g", ceiling.best_flops_per_second());
+  attributes[trace_keys::kGemmCeilingFlopsPerSecond] = rate;
+  attributes[trace_keys::kGemmCeilingGemm] = ceiling.Describe();
+  return attributes;
+}
 
-  // The memory model's prediction for this arm, from probes of this rank's model (collective
-  // over the EP group; the pipeline stages probe their own layers).
-  {
-    MemoryProbe probe = ProbeMemory(trainer.model(), trainer.MakeMicrobatches(1).front());
-    const ModelConfig& model = trainer.model().config();  // the arm's, resolved once
-    MemoryPrediction prediction =
-        PredictPeak(probe, arm, model, recipe.pipeline(), layout.pp_rank,
-                    recipe.microbatches_per_rank(), MemoryTracker::current_bytes());
-    model_attributes[trace_keys::kMemoryModelPredictedPeakBytes] =
-        std::to_string(prediction.peak_bytes);
-    model_attributes[trace_keys::kMemoryModelStaticBytes] = std::to_string(prediction.static_bytes);
-    model_attributes[trace_keys::kMemoryModelPeakPhase] = prediction.peak_phase;
-    model_attributes[trace_keys::kMemoryModelInputBytes] = std::to_string(probe.input_bytes);
-    int64_t largest = 0;
-    for (const LayerMemory& layer : probe.layers) largest = std::max(largest, layer.retained);
-    model_attributes[trace_keys::kMemoryModelLayerBytes] = std::to_string(largest);
-    trainer.set_replay_levels(std::move(prediction.replay_levels));
-  }
-  // The ceiling MFU is against, in the dtype this arm's GEMMs run in (emulated FP8 runs bf16
-  // GEMMs), on the process's GEMM path, with this rank's threads, on its device, as loaded as it
-  // is now.
-  {
-    const GemmThroughput ceiling = MeasureGemmCeiling(
-        arm.precision.recipe == PrecisionRecipe::kFp32 ? at::kFloat : at::kBFloat16, comm->device(),
-        gemm::Multiply, ToString(gemm::ActivePath()));
-    char rate[32];
-    std::snprintf(rate, sizeof(rate), "%.6g", ceiling.best_flops_per_second());
-    model_attributes[trace_keys::kGemmCeilingFlopsPerSecond] = rate;
-    model_attributes[trace_keys::kGemmCeilingGemm] = ceiling.Describe();
-  }
-  RankTrace rank = trainer.DescribeRank();
-  rank.attributes.insert(model_attributes.begin(), model_attributes.end());
-  rank.attributes[trace_keys::kPid] = std::to_string(::getpid());
-  rank.attributes[trace_keys::kRankSource] = context.source;
-  for (const auto& [key, value] : CollectProvenance(gpu)) {
-    rank.attributes[trace_keys::kProvenancePrefix + key] = value;
-  }
-
-  const int64_t iterations =
-      stop_after > 0 ? std::min(stop_after, recipe.train.iterations) : recipe.train.iterations;
+// Trains `iterations` iterations into `rank`'s records (rank 0 prints a progress line each),
+// then takes the memory timeline, node probes, census and schedule timeline they recorded.
+void Train(Trainer& trainer, const Recipe& recipe, int64_t iterations, const RankContext& context,
+           const FaultPlan& fault, RankTrace* rank) {
   const auto& dump_at = recipe.trace.dump_grads_at;
-  // After the memory probe, whose passes are not the training's.
-  NodeProbes::Enable(request.probes || recipe.trace.node_probes);
   for (int64_t it = 1; it <= iterations; ++it) {
     MaybeInjectFault(fault, context.rank, it);
     std::vector<TensorDump> dumps;
     const bool dump = std::find(dump_at.begin(), dump_at.end(), it) != dump_at.end();
     trainer.engine().RecordScheduleTimeline(it == iterations);  // the report's overlap timeline
     IterationRecord record = trainer.RunIteration(it, dump ? &dumps : nullptr);
-    if (dump) rank.grad_dumps[it] = std::move(dumps);
+    if (dump) rank->grad_dumps[it] = std::move(dumps);
     if (context.rank == 0) {
       const ProgressEvent progress{it,
                                    iterations,
@@ -158,46 +133,102 @@ int Run(const WorkerRequest& request) {
       std::printf("%s\n", FormatProgressLine(progress).c_str());
       std::fflush(stdout);
     }
-    rank.iterations.push_back(std::move(record));
+    rank->iterations.push_back(std::move(record));
   }
-
-  rank.memory_timeline = MemoryTimeline::Take();
-  rank.probes = NodeProbes::Take();
-  rank.replay_census = trainer.TakeReplayCensus();
-  rank.schedule_timeline = trainer.engine().ScheduleTimeline();
-  if (!rank.schedule_timeline.empty()) {
-    int64_t first = rank.schedule_timeline.front().begin_ns;
-    for (const ScheduleInterval& e : rank.schedule_timeline) first = std::min(first, e.begin_ns);
-    for (ScheduleInterval& e : rank.schedule_timeline) {
+  rank->memory_timeline = MemoryTimeline::Take();
+  rank->probes = NodeProbes::Take();
+  rank->replay_census = trainer.TakeReplayCensus();
+  rank->schedule_timeline = trainer.engine().ScheduleTimeline();
+  if (!rank->schedule_timeline.empty()) {
+    int64_t first = rank->schedule_timeline.front().begin_ns;
+    for (const ScheduleInterval& e : rank->schedule_timeline) first = std::min(first, e.begin_ns);
+    for (ScheduleInterval& e : rank->schedule_timeline) {
       e.begin_ns -= first;
       e.end_ns -= first;
     }
   }
-  Trace trace;
-  trace.attributes[trace_keys::kRecipe] = recipe.text;
-  trace.attributes[trace_keys::kRecipeDigest] = digest;
+}
+
+// The trace-wide attributes of a rank's part: the recipe, the arm, the world and what shaped it.
+std::map<std::string, std::string> RunAttributes(const Recipe& recipe, const ArmConfig& arm,
+                                                 const ParallelLayout& layout,
+                                                 const Communicator& comm,
+                                                 const std::vector<std::string>& warnings) {
+  std::map<std::string, std::string> a;
+  a[trace_keys::kRecipe] = recipe.text;
+  a[trace_keys::kRecipeDigest] = RecipeDigest(recipe.text);
   std::string switches_seen;
   for (const std::string& s : ActiveDeveloperSwitches()) {
     switches_seen += (switches_seen.empty() ? "" : "; ") + s;
   }
-  if (!switches_seen.empty()) trace.attributes[trace_keys::kDeveloperSwitches] = switches_seen;
-  trace.attributes[trace_keys::kRecipePath] = recipe.path;
-  trace.attributes[trace_keys::kRecipeName] = recipe.name;
-  trace.attributes[trace_keys::kArm] = arm.name;
-  trace.attributes[trace_keys::kEngine] = ToString(arm.engine);
-  trace.attributes[trace_keys::kPrecision] = ToString(arm.precision.recipe);
-  trace.attributes[trace_keys::kDispatcher] = ToString(arm.dispatcher);
-  trace.attributes[trace_keys::kRecompute] = RecomputeSummary(arm.recompute);
-  trace.attributes[trace_keys::kWorldSize] = std::to_string(layout.world_size);
-  trace.attributes[trace_keys::kThreadsPerRank] = std::to_string(recipe.parallel.threads);
-  trace.attributes[trace_keys::kDevice] = ToString(device);
-  trace.attributes[trace_keys::kCommTransport] = comm->transport_description();
-  trace.attributes[trace_keys::kCreatedUtc] = UtcTimestamp();
-  std::string warnings;
-  for (const std::string& w : trainer.warnings()) warnings += (warnings.empty() ? "" : "\n") + w;
-  trace.attributes[trace_keys::kWarnings] = warnings;
+  if (!switches_seen.empty()) a[trace_keys::kDeveloperSwitches] = switches_seen;
+  a[trace_keys::kRecipePath] = recipe.path;
+  a[trace_keys::kRecipeName] = recipe.name;
+  a[trace_keys::kArm] = arm.name;
+  a[trace_keys::kEngine] = ToString(arm.engine);
+  a[trace_keys::kPrecision] = ToString(arm.precision.recipe);
+  a[trace_keys::kDispatcher] = ToString(arm.dispatcher);
+  a[trace_keys::kRecompute] = RecomputeSummary(arm.recompute);
+  a[trace_keys::kWorldSize] = std::to_string(layout.world_size);
+  a[trace_keys::kThreadsPerRank] = std::to_string(recipe.parallel.threads);
+  a[trace_keys::kDevice] = ToString(recipe.parallel.device);
+  a[trace_keys::kCommTransport] = comm.transport_description();
+  a[trace_keys::kCreatedUtc] = UtcTimestamp();
+  std::string joined;
+  for (const std::string& w : warnings) joined += (joined.empty() ? "" : "\n") + w;
+  a[trace_keys::kWarnings] = joined;
+  return a;
+}
+
+int Run(const WorkerRequest& request) {
+  const Recipe recipe = LoadRequestedRecipe(request);
+  const ArmConfig& arm = recipe.arm(request.arm);
+  RankContext context = RankContextFromEnvironment();
+  ParallelLayout layout = ParallelLayout::Make(context.rank, context.world_size, recipe.parallel.ep,
+                                               recipe.model.experts, recipe.parallel.pp);
+  const DebugSwitches switches = ReadDebugSwitches();
+  if (!std::filesystem::is_directory(request.out_dir)) {
+    throw InputError(request.out_dir + ": output directory does not exist");
+  }
+  // The first line of every rank's log: which process and process group it is, so that a
+  // launcher's tests can check that no member of the group outlives a failed run.
+  std::printf("%s\n", FormatRankIdentityLine({context.rank, ::getpid(), ::getpgrp()}).c_str());
+  std::fflush(stdout);
+  MaybeInjectFault(switches.fault, context.rank, 0);
+  PrepareProcess(recipe, request, switches);
+  // Collectives give up a little before the launcher's deadline, so that a rank stuck waiting for
+  // a hung peer exits on its own and the launcher can tell the hung rank from its victims.
+  const auto timeout = std::chrono::milliseconds(
+      std::max<int64_t>(1000, static_cast<int64_t>(recipe.parallel.timeout_seconds * 600.0)));
+  std::shared_ptr<Communicator> comm =
+      Communicator::Connect(context, recipe.parallel.device, timeout);
+  const int gpu = comm->device().is_cuda() ? comm->device().index() : -1;
+  if (gpu >= 0) MemoryTracker::TrackCudaDevice(gpu);
+
+  Trainer trainer(recipe, arm, layout, comm, switches.bugs);
+  trainer.set_perturbation(switches.perturbation);
+  for (const std::string& w : trainer.warnings()) std::cerr << "warning: " << w << "\n";
+  const std::map<std::string, std::string> model_attributes =
+      ModelAttributes(trainer, recipe, arm, layout, comm->device());
+  RankTrace rank = trainer.DescribeRank();
+  rank.attributes.insert(model_attributes.begin(), model_attributes.end());
+  rank.attributes[trace_keys::kPid] = std::to_string(::getpid());
+  rank.attributes[trace_keys::kRankSource] = context.source;
+  for (const auto& [key, value] : CollectProvenance(gpu)) {
+    rank.attributes[trace_keys::kProvenancePrefix + key] = value;
+  }
+
+  const int64_t iterations = request.stop_after > 0
+                                 ? std::min(request.stop_after, recipe.train.iterations)
+                                 : recipe.train.iterations;
+  // After the memory probe, whose passes are not the training's.
+  NodeProbes::Enable(request.probes || recipe.trace.node_probes);
+  Train(trainer, recipe, iterations, context, switches.fault, &rank);
+  Trace trace;
+  trace.attributes = RunAttributes(recipe, arm, layout, *comm, trainer.warnings());
   trace.ranks.push_back(std::move(rank));
-  WriteTrace((std::filesystem::path(out_dir) / RankPartFileName(context.rank)).string(), trace);
+  WriteTrace((std::filesystem::path(request.out_dir) / RankPartFileName(context.rank)).string(),
+             trace);
   return kExitPass;
 }
 

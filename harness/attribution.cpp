@@ -1,5 +1,7 @@
 #include "harness/attribution.h"
 
+#include <algorithm>
+
 namespace bitparity {
 
 const char* ToString(AttributionFactor factor) {
@@ -80,6 +82,61 @@ nlohmann::json Attribution::ToJson() const {
           {"factors", trials_json},
           {"first_divergent_operations", first_divergences},
           {"explanation", Explain()}};
+}
+
+void AttributeFailure(int64_t recipe_threads, int64_t recipe_iterations, const PairRerun& rerun,
+                      std::ostream* progress, CheckResult* check) {
+  Attribution a;
+  a.arm = check->arm;
+  const int64_t first =
+      check->difference && check->difference->iteration > 0 ? check->difference->iteration : 1;
+  a.window = std::min(recipe_iterations, std::max<int64_t>(first, 3));
+  const int64_t threads = recipe_threads;
+  a.trials.push_back({AttributionFactor::kThreads,
+                      threads > 1 ? "intra-op threads " + std::to_string(threads) + " -> 1"
+                                  : "intra-op threads already 1 (the recipe's)",
+                      threads > 1});
+  a.trials.push_back(
+      {AttributionFactor::kDeterministicAlgorithms, "deterministic algorithms forced", true});
+  a.trials.push_back({AttributionFactor::kFixedOrderCollectives,
+                      "collectives already add in rank order (bitparity's only path)", false});
+  a.trials.push_back({AttributionFactor::kFreshProcess,
+                      "every run already starts rank processes of its own", false});
+  if (progress != nullptr) {
+    *progress << "  attributing: rerunning " << a.arm << " iterations 1-" << a.window
+              << " in pairs with node probes: as it ran, then with one factor changed\n";
+  }
+  std::optional<CheckResult> control = rerun("control", a.window, 0, false);
+  a.control_ran = control.has_value();
+  a.control_differs = control && control->verdict == Verdict::kFail;
+  if (a.control_differs && control->figures.contains("first_divergent_operations")) {
+    for (const auto& s : control->figures["first_divergent_operations"]) {
+      a.first_divergences.push_back(s.get<std::string>());
+    }
+  }
+  for (FactorTrial& t : a.trials) {
+    if (!t.varied || !a.control_differs) continue;
+    const bool threads_1 = t.factor == AttributionFactor::kThreads;
+    std::optional<CheckResult> pair =
+        rerun(ToString(t.factor), a.window, threads_1 ? 1 : 0,
+              t.factor == AttributionFactor::kDeterministicAlgorithms);
+    t.ran = pair.has_value();
+    t.restored = pair && pair->verdict == Verdict::kPass;
+  }
+  check->figures["attribution"] = a.ToJson();
+  check->details += "attribution: " + a.Explain() + "\n";
+  for (const FactorTrial& t : a.trials) {
+    check->details += "  " + t.change + ": " +
+                      (!t.varied            ? std::string("not varied")
+                       : !a.control_differs ? std::string("not tried")
+                       : !t.ran             ? std::string("the reruns did not finish")
+                       : t.restored         ? std::string("reproduces")
+                                            : std::string("still differs")) +
+                      "\n";
+  }
+  for (const std::string& s : a.first_divergences) {
+    check->details += "  control rerun: " + s + "\n";
+  }
 }
 
 }  // namespace bitparity

@@ -9,9 +9,15 @@
 // the reason (every run is already its own rank processes; every collective already adds in rank
 // order). The check's verdict never changes: a run is never made green by rerunning it.
 
+#include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
+
+#include "harness/checks.h"
 
 namespace bitparity {
 
@@ -47,6 +53,19 @@ struct Attribution {
   std::string Explain() const;
   nlohmann::json ToJson() const;
 };
+
+// Reruns the arm's iterations 1..`window` twice with node probes, under `label`, with `threads`
+// intra-op threads (0: the recipe's) and deterministic algorithms forced or not; the
+// reproducibility check over the two, or nullopt when a rerun did not finish.
+using PairRerun = std::function<std::optional<CheckResult>(
+    const std::string& label, int64_t window, int64_t threads, bool deterministic_algorithms)>;
+
+// Attributes `check`, an arm's failed reproducibility check, for a recipe of `recipe_threads`
+// intra-op threads and `recipe_iterations` iterations: the control pair, then one pair per
+// factor that can vary, through `rerun`; the attribution goes to the check's figures
+// ("attribution") and details. `progress` (may be null) gets one line when the reruns start.
+void AttributeFailure(int64_t recipe_threads, int64_t recipe_iterations, const PairRerun& rerun,
+                      std::ostream* progress, CheckResult* check);
 
 }  // namespace bitparity
 

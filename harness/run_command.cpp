@@ -636,57 +636,12 @@ class RecipeRun {
                          ", which is the difference\n";
         continue;
       }
-      Attribution a;
-      a.arm = check.arm;
-      const int64_t first =
-          check.difference && check.difference->iteration > 0 ? check.difference->iteration : 1;
-      a.window = std::min(recipe_.train.iterations, std::max<int64_t>(first, 3));
-      const int64_t threads = recipe_.parallel.threads;
-      a.trials.push_back({AttributionFactor::kThreads,
-                          threads > 1 ? "intra-op threads " + std::to_string(threads) + " -> 1"
-                                      : "intra-op threads already 1 (the recipe's)",
-                          threads > 1});
-      a.trials.push_back(
-          {AttributionFactor::kDeterministicAlgorithms, "deterministic algorithms forced", true});
-      a.trials.push_back({AttributionFactor::kFixedOrderCollectives,
-                          "collectives already add in rank order (bitparity's only path)", false});
-      a.trials.push_back({AttributionFactor::kFreshProcess,
-                          "every run already starts rank processes of its own", false});
-      if (!options_.quiet) {
-        console_ << "  attributing: rerunning " << a.arm << " iterations 1-" << a.window
-                 << " in pairs with node probes: as it ran, then with one factor changed\n";
-      }
-      std::optional<CheckResult> control = RerunPair(a.arm, a.window, "control", 0, false);
-      a.control_ran = control.has_value();
-      a.control_differs = control && control->verdict == Verdict::kFail;
-      if (a.control_differs && control->figures.contains("first_divergent_operations")) {
-        for (const auto& s : control->figures["first_divergent_operations"]) {
-          a.first_divergences.push_back(s.get<std::string>());
-        }
-      }
-      for (FactorTrial& t : a.trials) {
-        if (!t.varied || !a.control_differs) continue;
-        const bool threads_1 = t.factor == AttributionFactor::kThreads;
-        std::optional<CheckResult> pair =
-            RerunPair(a.arm, a.window, ToString(t.factor), threads_1 ? 1 : 0,
-                      t.factor == AttributionFactor::kDeterministicAlgorithms);
-        t.ran = pair.has_value();
-        t.restored = pair && pair->verdict == Verdict::kPass;
-      }
-      check.figures["attribution"] = a.ToJson();
-      check.details += "attribution: " + a.Explain() + "\n";
-      for (const FactorTrial& t : a.trials) {
-        check.details += "  " + t.change + ": " +
-                         (!t.varied            ? std::string("not varied")
-                          : !a.control_differs ? std::string("not tried")
-                          : !t.ran             ? std::string("the reruns did not finish")
-                          : t.restored         ? std::string("reproduces")
-                                               : std::string("still differs")) +
-                         "\n";
-      }
-      for (const std::string& s : a.first_divergences) {
-        check.details += "  control rerun: " + s + "\n";
-      }
+      AttributeFailure(
+          recipe_.parallel.threads, recipe_.train.iterations,
+          [&](const std::string& label, int64_t window, int64_t threads, bool deterministic) {
+            return RerunPair(check.arm, window, label, threads, deterministic);
+          },
+          options_.quiet ? nullptr : &console_, &check);
     }
   }
 

@@ -24,7 +24,7 @@
 #include "core/recipe_edit.h"
 #include "core/toml_reader.h"
 #include "harness/html_report.h"
-#include "harness/output_lock.h"
+#include "harness/output_folder.h"
 #include "harness/report.h"
 #include "harness/run_command.h"
 
@@ -43,14 +43,8 @@ int RunMatrix(const MatrixOptions& options, std::ostream& console) {
     if (CellMatches(matrix, cell, options.filter)) selected.push_back(&cell);
   }
   if (selected.empty()) throw InputError("--filter '" + options.filter + "' selects no cell");
-  const std::string out_dir = options.out_dir.empty() ? "out/" + matrix.name : options.out_dir;
-  std::error_code ec;
-  if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec)) {
-    throw InputError(out_dir + ": --out is a file, expected a directory");
-  }
-  fs::create_directories(out_dir, ec);
-  if (ec) throw InputError(out_dir + ": cannot create the output directory: " + ec.message());
-  const OutputLock lock(out_dir);
+  const OutputFolder output(options.out_dir.empty() ? "out/" + matrix.name : options.out_dir);
+  const std::string& out_dir = output.path();
 
   // Cells whose recipe breaks a rule cannot run: skipped, with the validation message.
   std::vector<RunReport> cells(selected.size());

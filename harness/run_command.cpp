@@ -31,6 +31,7 @@
 #include "harness/html_report.h"
 #include "harness/launcher.h"
 #include "harness/localizer.h"
+#include "harness/output_folder.h"
 #include "harness/output_lock.h"
 #include "harness/report.h"
 #include "harness/resources.h"
@@ -191,41 +192,11 @@ class RecipeRun {
   // Every folder the runs write, made before any training: an output path that cannot take
   // them is bad input now, not a failure after the training.
   void PrepareOutput() {
-    std::error_code ec;
-    if (fs::exists(out_dir_, ec) && !fs::is_directory(out_dir_, ec)) {
-      throw InputError(out_dir_ + ": --out is a file, expected a directory");
-    }
-    fs::create_directories(out_dir_, ec);
-    if (ec) throw InputError(out_dir_ + ": cannot create the output directory: " + ec.message());
-    lock_ = std::make_unique<OutputLock>(out_dir_);
-    RemoveDeadProcessDebris(out_dir_);  // what interrupted runs left, now that the folder is ours
+    output_ = std::make_unique<OutputFolder>(out_dir_);
     for (const std::string& arm : arms_) {
       for (int64_t k = 1; k <= options_.repeats; ++k) {
-        const fs::path dir = fs::path(out_dir_) / arm / ("run" + std::to_string(k));
-        fs::create_directories(dir, ec);
-        if (ec) {
-          throw InputError(dir.string() +
-                           ": cannot create the run's output directory: " + ec.message());
-        }
+        output_->CreateFolder(arm + "/run" + std::to_string(k), "the run's output directory");
       }
-    }
-    // A folder the user may not write is bad input; a full disk is the machine's fault (exit 3).
-    const fs::path probe = fs::path(out_dir_) / (".write-probe." + std::to_string(::getpid()));
-    int error_number = 0;
-    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      error_number = errno;
-    } else {
-      if (::write(fd, "probe\n", 6) < 0) error_number = errno;
-      ::close(fd);
-    }
-    fs::remove(probe, ec);
-    if (error_number == ENOSPC || error_number == EDQUOT) {
-      throw InfrastructureError(DescribeWriteError(out_dir_, "cannot write", error_number));
-    }
-    if (error_number != 0) {
-      throw InputError(out_dir_ +
-                       ": the output directory is not writable: " + std::strerror(error_number));
     }
   }
 
@@ -752,7 +723,7 @@ class RecipeRun {
   std::vector<std::vector<ComparedRun>> pairs_;  // per check: the runs it compared
   std::string started_utc_ = UtcTimestamp(/*with_zone=*/false);
   const std::vector<std::string> developer_switches_ = ActiveDeveloperSwitches();
-  std::unique_ptr<OutputLock> lock_;         // on out_dir_, from PrepareOutput to the end
+  std::unique_ptr<OutputFolder> output_;     // out_dir_, locked from PrepareOutput to the end
   std::unique_ptr<OutputLock> golden_lock_;  // on the golden's folder, with --update-golden
   std::map<std::string, Trace> reruns_;      // the localizer's, by "arm/run@iteration"
   int interrupted_ = 0;                      // the signal that interrupted the run (0: none)

@@ -35,161 +35,200 @@ namespace fs = std::filesystem;
 
 }  // namespace
 
-int RunMatrix(const MatrixOptions& options, std::ostream& console) {
-  const auto start = std::chrono::steady_clock::now();
-  Matrix matrix = LoadMatrix(options.matrix_path);
-  std::vector<const MatrixCell*> selected;
-  for (const MatrixCell& cell : matrix.cells) {
-    if (CellMatches(matrix, cell, options.filter)) selected.push_back(&cell);
-  }
-  if (selected.empty()) throw InputError("--filter '" + options.filter + "' selects no cell");
-  const OutputFolder output(options.out_dir.empty() ? "out/" + matrix.name : options.out_dir);
-  const std::string& out_dir = output.path();
+namespace {
 
-  // Cells whose recipe breaks a rule cannot run: skipped, with the validation message.
-  std::vector<RunReport> cells(selected.size());
-  std::vector<std::string> paths(selected.size());
-  std::vector<size_t> runnable;
-  for (size_t i = 0; i < selected.size(); ++i) {
-    const MatrixCell& cell = *selected[i];
-    cells[i].name = matrix.name + "." + cell.name;
-    cells[i].timestamp = UtcTimestamp(/*with_zone=*/false);
-    const fs::path dir = fs::path(out_dir) / cell.name;
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) {
-      throw InfrastructureError(
-          DescribeWriteError(dir.string(), "cannot create the cell's folder", ec.value()));
+// One `bitparity matrix`: the selected cells, their recipes in their folders, their runs and
+// the reports over all of them.
+class MatrixRun {
+ public:
+  MatrixRun(const MatrixOptions& options, std::ostream& console)
+      : options_(options),
+        console_(console),
+        start_(std::chrono::steady_clock::now()),
+        matrix_(LoadMatrix(options.matrix_path)) {
+    for (const MatrixCell& cell : matrix_.cells) {
+      if (CellMatches(matrix_, cell, options.filter)) selected_.push_back(&cell);
     }
-    paths[i] = (dir / "recipe.toml").string();
-    WriteFileAtomically(paths[i], cell.recipe_text);
-    try {
-      ParseRecipe(cell.recipe_text, paths[i]);
-      runnable.push_back(i);
-    } catch (const InputError& e) {
-      CheckResult skipped;
-      skipped.kind = CheckKind::kCell;
-      skipped.name = "cell";
-      skipped.verdict = Verdict::kSkipped;
-      skipped.summary = std::string("cannot run: ") + e.what();
-      cells[i].checks.push_back(skipped);
-    }
+    if (selected_.empty()) throw InputError("--filter '" + options.filter + "' selects no cell");
   }
 
-  console << "matrix " << matrix.name << ": " << selected.size() << " of " << matrix.cells.size()
-          << " cells selected, " << runnable.size() << " runnable, " << options.jobs
-          << " at a time\n";
-  std::mutex mutex;
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t n = next++; n < runnable.size(); n = next++) {
-      const size_t i = runnable[n];
-      RunOptions run;
-      run.recipe_path = paths[i];
-      run.out_dir = (fs::path(out_dir) / selected[i]->name).string();
-      run.repeats = options.repeats;
-      run.no_golden = true;
-      run.no_golden_reason = "matrix cells are compared across arms, not with goldens";
-      run.quiet = true;
-      run.probes = options.probes;
-      run.require_golden = options.require_golden;
-      run.command_line = options.command_line;
-      std::ostringstream cell_console;
-      RunReport outcome;
-      outcome.timestamp = UtcTimestamp(/*with_zone=*/false);
+  int Run() {
+    const OutputFolder output(options_.out_dir.empty() ? "out/" + matrix_.name : options_.out_dir);
+    out_dir_ = output.path();
+    PrepareCells();
+    console_ << "matrix " << matrix_.name << ": " << selected_.size() << " of "
+             << matrix_.cells.size() << " cells selected, " << runnable_.size() << " runnable, "
+             << options_.jobs << " at a time\n";
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t n = next++; n < runnable_.size(); n = next++) RunCell(runnable_[n]);
+    };
+    std::vector<std::thread> threads;
+    for (int64_t j = 0; j < std::max<int64_t>(1, options_.jobs); ++j) threads.emplace_back(worker);
+    for (std::thread& t : threads) t.join();
+    return WriteReports();
+  }
+
+ private:
+  // Every selected cell's folder and recipe; a cell whose recipe breaks a rule cannot run:
+  // skipped, with the validation message.
+  void PrepareCells() {
+    cells_.resize(selected_.size());
+    paths_.resize(selected_.size());
+    for (size_t i = 0; i < selected_.size(); ++i) {
+      const MatrixCell& cell = *selected_[i];
+      cells_[i].name = matrix_.name + "." + cell.name;
+      cells_[i].timestamp = UtcTimestamp(/*with_zone=*/false);
+      const fs::path dir = fs::path(out_dir_) / cell.name;
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) {
+        throw InfrastructureError(
+            DescribeWriteError(dir.string(), "cannot create the cell's folder", ec.value()));
+      }
+      paths_[i] = (dir / "recipe.toml").string();
+      WriteFileAtomically(paths_[i], cell.recipe_text);
       try {
-        outcome = RunRecipe(run, cell_console);
-      } catch (const std::exception& e) {
-        // A cell that passed validation can still meet bad input (an unreadable trace, say).
-        const bool bad_input = dynamic_cast<const InputError*>(&e) != nullptr;
-        outcome.exit_code = bad_input ? kExitBadInput : kExitInfrastructure;
-        CheckResult error;
-        error.kind = CheckKind::kCell;
-        error.name = "cell";
-        error.verdict = Verdict::kError;
-        error.summary = e.what();
-        outcome.checks.push_back(error);
+        ParseRecipe(cell.recipe_text, paths_[i]);
+        runnable_.push_back(i);
+      } catch (const InputError& e) {
+        CheckResult skipped;
+        skipped.kind = CheckKind::kCell;
+        skipped.name = "cell";
+        skipped.verdict = Verdict::kSkipped;
+        skipped.summary = std::string("cannot run: ") + e.what();
+        cells_[i].checks.push_back(skipped);
       }
-      std::lock_guard<std::mutex> lock(mutex);
-      outcome.name = cells[i].name;
-      cells[i] = outcome;
-      int failed = 0;
-      for (const CheckResult& c : outcome.checks) {
-        failed += c.verdict == Verdict::kFail || c.verdict == Verdict::kError;
-      }
-      char line[256];
-      std::snprintf(line, sizeof(line), "  %-40s %s (%zu checks, %d failed, %.1f s)\n",
-                    selected[i]->name.c_str(), failed ? "FAIL" : "pass", outcome.checks.size(),
-                    failed, outcome.seconds);
-      console << line << std::flush;
-      if (failed && !options.quiet) console << cell_console.str();
     }
-  };
-  std::vector<std::thread> threads;
-  for (int64_t j = 0; j < std::max<int64_t>(1, options.jobs); ++j) threads.emplace_back(worker);
-  for (std::thread& t : threads) t.join();
+  }
 
-  // The cells x checks table.
-  std::vector<std::string> columns;
-  auto column_of = [&](const std::string& check) {
-    // "overlap vs reference: loss" and the like share a column across cells.
-    auto it = std::find(columns.begin(), columns.end(), check);
-    if (it == columns.end()) {
-      columns.push_back(check);
-      return columns.size() - 1;
+  // Cell i as `bitparity run` runs a recipe; one progress line, and its console when it failed.
+  void RunCell(size_t i) {
+    RunOptions run;
+    run.recipe_path = paths_[i];
+    run.out_dir = (fs::path(out_dir_) / selected_[i]->name).string();
+    run.repeats = options_.repeats;
+    run.no_golden = true;
+    run.no_golden_reason = "matrix cells are compared across arms, not with goldens";
+    run.quiet = true;
+    run.probes = options_.probes;
+    run.require_golden = options_.require_golden;
+    run.command_line = options_.command_line;
+    std::ostringstream cell_console;
+    RunReport outcome;
+    outcome.timestamp = UtcTimestamp(/*with_zone=*/false);
+    try {
+      outcome = RunRecipe(run, cell_console);
+    } catch (const std::exception& e) {
+      // A cell that passed validation can still meet bad input (an unreadable trace, say).
+      const bool bad_input = dynamic_cast<const InputError*>(&e) != nullptr;
+      outcome.exit_code = bad_input ? kExitBadInput : kExitInfrastructure;
+      CheckResult error;
+      error.kind = CheckKind::kCell;
+      error.name = "cell";
+      error.verdict = Verdict::kError;
+      error.summary = e.what();
+      outcome.checks.push_back(error);
     }
-    return static_cast<size_t>(it - columns.begin());
-  };
-  for (const RunReport& cell : cells) {
-    for (const CheckResult& c : cell.checks) column_of(c.name);
-  }
-  nlohmann::json report;
-  report["matrix"] = {{"name", matrix.name}, {"path", matrix.path}, {"base", matrix.base_path}};
-  report["filter"] = options.filter;
-  report["axes"] = matrix.axes;
-  report["checks"] = columns;
-  report["cells"] = nlohmann::json::array();
-  int worst = kExitPass;
-  std::ostringstream table;
-  table << "\ncells x checks (P pass, F fail, S skipped, E error):\n";
-  for (size_t c = 0; c < columns.size(); ++c) table << "  [" << c + 1 << "] " << columns[c] << "\n";
-  for (size_t i = 0; i < selected.size(); ++i) {
-    nlohmann::json cell = {{"name", selected[i]->name},
-                           {"values", selected[i]->values},
-                           {"exit_code", cells[i].exit_code},
-                           {"seconds", cells[i].seconds}};
-    std::string row(columns.size(), '-');
-    nlohmann::json verdicts = nlohmann::json::object();
-    for (const CheckResult& c : cells[i].checks) {
-      const char mark = c.verdict == Verdict::kPass      ? 'P'
-                        : c.verdict == Verdict::kFail    ? 'F'
-                        : c.verdict == Verdict::kSkipped ? 'S'
-                                                         : 'E';
-      row[column_of(c.name)] = mark;
-      verdicts[c.name] = {{"verdict", ToString(c.verdict)}, {"summary", c.summary}};
+    std::lock_guard<std::mutex> lock(mutex_);
+    outcome.name = cells_[i].name;
+    cells_[i] = outcome;
+    int failed = 0;
+    for (const CheckResult& c : outcome.checks) {
+      failed += c.verdict == Verdict::kFail || c.verdict == Verdict::kError;
     }
-    cell["checks"] = verdicts;
-    report["cells"].push_back(cell);
-    char line[128];
-    std::snprintf(line, sizeof(line), "  %-40s ", selected[i]->name.c_str());
-    table << line;
-    for (char mark : row) table << ' ' << mark;
-    table << "\n";
-    worst = std::max(worst, cells[i].exit_code);
+    char line[256];
+    std::snprintf(line, sizeof(line), "  %-40s %s (%zu checks, %d failed, %.1f s)\n",
+                  selected_[i]->name.c_str(), failed ? "FAIL" : "pass", outcome.checks.size(),
+                  failed, outcome.seconds);
+    console_ << line << std::flush;
+    if (failed && !options_.quiet) console_ << cell_console.str();
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  report["exit_code"] = worst;
-  report["seconds"] = seconds;
-  WriteFileAtomically((fs::path(out_dir) / "junit.xml").string(), JunitReport(cells));
-  WriteFileAtomically((fs::path(out_dir) / "report.json").string(), report.dump(2) + "\n");
-  WriteFileAtomically((fs::path(out_dir) / "report.html").string(),
-                      HtmlMatrixReport(matrix.name, cells));
-  table << "result: " << ResultWord(worst) << " (exit " << worst << ") in "
-        << static_cast<int>(seconds) << " s; reports: " << out_dir << "/junit.xml, " << out_dir
-        << "/report.json, " << out_dir << "/report.html\n";
-  console << table.str() << std::flush;
-  return worst;
+
+  // The cells x checks table on the console, junit.xml, report.json and report.html; the worst
+  // exit code of the cells.
+  int WriteReports() {
+    std::vector<std::string> columns;
+    auto column_of = [&](const std::string& check) {
+      // "overlap vs reference: loss" and the like share a column across cells.
+      auto it = std::find(columns.begin(), columns.end(), check);
+      if (it == columns.end()) {
+        columns.push_back(check);
+        return columns.size() - 1;
+      }
+      return static_cast<size_t>(it - columns.begin());
+    };
+    for (const RunReport& cell : cells_) {
+      for (const CheckResult& c : cell.checks) column_of(c.name);
+    }
+    nlohmann::json report;
+    report["matrix"] = {
+        {"name", matrix_.name}, {"path", matrix_.path}, {"base", matrix_.base_path}};
+    report["filter"] = options_.filter;
+    report["axes"] = matrix_.axes;
+    report["checks"] = columns;
+    report["cells"] = nlohmann::json::array();
+    int worst = kExitPass;
+    std::ostringstream table;
+    table << "\ncells x checks (P pass, F fail, S skipped, E error):\n";
+    for (size_t c = 0; c < columns.size(); ++c) {
+      table << "  [" << c + 1 << "] " << columns[c] << "\n";
+    }
+    for (size_t i = 0; i < selected_.size(); ++i) {
+      nlohmann::json cell = {{"name", selected_[i]->name},
+                             {"values", selected_[i]->values},
+                             {"exit_code", cells_[i].exit_code},
+                             {"seconds", cells_[i].seconds}};
+      std::string row(columns.size(), '-');
+      nlohmann::json verdicts = nlohmann::json::object();
+      for (const CheckResult& c : cells_[i].checks) {
+        const char mark = c.verdict == Verdict::kPass      ? 'P'
+                          : c.verdict == Verdict::kFail    ? 'F'
+                          : c.verdict == Verdict::kSkipped ? 'S'
+                                                           : 'E';
+        row[column_of(c.name)] = mark;
+        verdicts[c.name] = {{"verdict", ToString(c.verdict)}, {"summary", c.summary}};
+      }
+      cell["checks"] = verdicts;
+      report["cells"].push_back(cell);
+      char line[128];
+      std::snprintf(line, sizeof(line), "  %-40s ", selected_[i]->name.c_str());
+      table << line;
+      for (char mark : row) table << ' ' << mark;
+      table << "\n";
+      worst = std::max(worst, cells_[i].exit_code);
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    report["exit_code"] = worst;
+    report["seconds"] = seconds;
+    WriteFileAtomically((fs::path(out_dir_) / "junit.xml").string(), JunitReport(cells_));
+    WriteFileAtomically((fs::path(out_dir_) / "report.json").string(), report.dump(2) + "\n");
+    WriteFileAtomically((fs::path(out_dir_) / "report.html").string(),
+                        HtmlMatrixReport(matrix_.name, cells_));
+    table << "result: " << ResultWord(worst) << " (exit " << worst << ") in "
+          << static_cast<int>(seconds) << " s; reports: " << out_dir_ << "/junit.xml, " << out_dir_
+          << "/report.json, " << out_dir_ << "/report.html\n";
+    console_ << table.str() << std::flush;
+    return worst;
+  }
+
+  const MatrixOptions& options_;
+  std::ostream& console_;
+  const std::chrono::steady_clock::time_point start_;
+  const Matrix matrix_;
+  std::vector<const MatrixCell*> selected_;
+  std::string out_dir_;
+  std::vector<RunReport> cells_;
+  std::vector<std::string> paths_;
+  std::vector<size_t> runnable_;
+  std::mutex mutex_;
+};
+
+}  // namespace
+
+int RunMatrix(const MatrixOptions& options, std::ostream& console) {
+  return MatrixRun(options, console).Run();
 }
 
 }  // namespace bitparity

@@ -281,6 +281,66 @@ std::string ConsoleReport(const RunReport& report) {
   return out.str();
 }
 
+namespace {
+
+// One check as a JUnit testcase: its verdict element with the summary and details, and the first
+// divergent operations in its system-out.
+void AppendTestcase(pugi::xml_node suite_node, const RunReport& suite, const CheckResult& c) {
+  pugi::xml_node t = suite_node.append_child("testcase");
+  t.append_attribute("classname") = ("bitparity." + suite.name).c_str();
+  t.append_attribute("name") = c.name.c_str();
+  t.append_attribute("time") = c.seconds;
+  // The first divergent operations where a CI page shows them without opening the failure's
+  // text: the testcase's system-out (JUnit's testcase has no properties), one line each.
+  std::string operations;
+  if (c.figures.contains("first_divergent_operations")) {
+    const nlohmann::json& sentences = c.figures["first_divergent_operations"];
+    for (const nlohmann::json& sentence : sentences) {
+      operations += "first_divergent_operation: " + sentence.get<std::string>() + "\n";
+    }
+    if (sentences.empty()) {
+      operations += std::string("first_divergent_operation: ") + kProbesAllEqual + "\n";
+    }
+  }
+  const std::string body = c.details.empty() ? c.summary : c.summary + "\n" + c.details;
+  if (c.verdict == Verdict::kFail) {
+    pugi::xml_node f = t.append_child("failure");
+    f.append_attribute("message") = c.summary.c_str();
+    f.append_attribute("type") = "bitparity.mismatch";
+    f.append_child(pugi::node_pcdata).set_value(body.c_str());
+  } else if (c.verdict == Verdict::kError) {
+    pugi::xml_node e = t.append_child("error");
+    e.append_attribute("message") = c.summary.c_str();
+    e.append_attribute("type") = "bitparity.infrastructure";
+    e.append_child(pugi::node_pcdata).set_value(body.c_str());
+  } else if (c.verdict == Verdict::kSkipped) {
+    t.append_child("skipped").append_attribute("message") = c.summary.c_str();
+  } else {
+    operations = operations.empty() ? body : body + "\n" + operations;
+  }
+  if (!operations.empty()) {
+    t.append_child("system-out").append_child(pugi::node_pcdata).set_value(operations.c_str());
+  }
+}
+
+// The suite's properties: the recipe, the fingerprint and the baseline (a matrix cell that could
+// not run has none).
+void AppendSuiteProperties(pugi::xml_node s, const RunReport& suite) {
+  if (suite.recipe_path.empty()) return;
+  const std::pair<const char*, std::string> properties[] = {
+      {"recipe", suite.recipe_path},
+      {"fingerprint", suite.fingerprint.Describe()},
+      {"baseline", suite.baseline}};
+  pugi::xml_node props = s.append_child("properties");
+  for (const auto& [key, value] : properties) {
+    pugi::xml_node p = props.append_child("property");
+    p.append_attribute("name") = key;
+    p.append_attribute("value") = value.c_str();
+  }
+}
+
+}  // namespace
+
 std::string JunitReport(const std::vector<RunReport>& reports) {
   pugi::xml_document doc;
   auto decl = doc.append_child(pugi::node_declaration);
@@ -305,55 +365,8 @@ std::string JunitReport(const std::vector<RunReport>& reports) {
     s.append_attribute("skipped") = s_skipped;
     s.append_attribute("time") = suite.seconds;
     s.append_attribute("timestamp") = suite.timestamp.c_str();
-    if (!suite.recipe_path.empty()) {
-      const std::pair<const char*, std::string> properties[] = {
-          {"recipe", suite.recipe_path},
-          {"fingerprint", suite.fingerprint.Describe()},
-          {"baseline", suite.baseline}};
-      pugi::xml_node props = s.append_child("properties");
-      for (const auto& [key, value] : properties) {
-        pugi::xml_node p = props.append_child("property");
-        p.append_attribute("name") = key;
-        p.append_attribute("value") = value.c_str();
-      }
-    }
-    for (const CheckResult& c : suite.checks) {
-      pugi::xml_node t = s.append_child("testcase");
-      t.append_attribute("classname") = ("bitparity." + suite.name).c_str();
-      t.append_attribute("name") = c.name.c_str();
-      t.append_attribute("time") = c.seconds;
-      // The first divergent operations where a CI page shows them without opening the failure's
-      // text: the testcase's system-out (JUnit's testcase has no properties), one line each.
-      std::string operations;
-      if (c.figures.contains("first_divergent_operations")) {
-        const nlohmann::json& sentences = c.figures["first_divergent_operations"];
-        for (const nlohmann::json& sentence : sentences) {
-          operations += "first_divergent_operation: " + sentence.get<std::string>() + "\n";
-        }
-        if (sentences.empty()) {
-          operations += std::string("first_divergent_operation: ") + kProbesAllEqual + "\n";
-        }
-      }
-      const std::string body = c.details.empty() ? c.summary : c.summary + "\n" + c.details;
-      if (c.verdict == Verdict::kFail) {
-        pugi::xml_node f = t.append_child("failure");
-        f.append_attribute("message") = c.summary.c_str();
-        f.append_attribute("type") = "bitparity.mismatch";
-        f.append_child(pugi::node_pcdata).set_value(body.c_str());
-      } else if (c.verdict == Verdict::kError) {
-        pugi::xml_node e = t.append_child("error");
-        e.append_attribute("message") = c.summary.c_str();
-        e.append_attribute("type") = "bitparity.infrastructure";
-        e.append_child(pugi::node_pcdata).set_value(body.c_str());
-      } else if (c.verdict == Verdict::kSkipped) {
-        t.append_child("skipped").append_attribute("message") = c.summary.c_str();
-      } else {
-        operations = operations.empty() ? body : body + "\n" + operations;
-      }
-      if (!operations.empty()) {
-        t.append_child("system-out").append_child(pugi::node_pcdata).set_value(operations.c_str());
-      }
-    }
+    AppendSuiteProperties(s, suite);
+    for (const CheckResult& c : suite.checks) AppendTestcase(s, suite, c);
     tests += static_cast<int>(suite.checks.size());
     failures += s_failures;
     errors += s_errors;

@@ -172,7 +172,6 @@ ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStag
                                                               MicrobatchLosses* losses,
                                                               std::vector<PendingTransfer>* sends) {
   const std::vector<PipelineStage>& stages = model_->layout().pipeline.stages;
-  const GptWeights& w = model_->weights();
   ChunkPassState pass;
   pass.state = std::make_shared<ChunkState>(microbatch);
   ChunkState* state = pass.state.get();
@@ -196,52 +195,15 @@ ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStag
     }
   }
 
-  // The chunk's decoder layers under the recompute plan counted within the chunk.
-  const RecomputePlan& plan = chunk_plans_[static_cast<size_t>(stage.chunk)];
   NodeProbes::SetChunk(stage.chunk);
-  GptModel* model = model_;
-  for (int64_t l = 0; l < stage.layers;) {
-    const LayerSegment* segment = plan.SegmentStartingAt(l);
-    const int64_t first = stage.first_layer + l;
-    if (!segment) {
-      hidden = model_->DecoderLayer(w.layers[first], hidden, *state, losses);
-      ++l;
-      continue;
-    }
-    const int64_t count = segment->num_layers;
-    // The state by value: the chunk's MTP depths roll it before this segment's replay.
-    hidden = Checkpoint(
-        [model, &w, st = *state, losses, first, count](const std::vector<at::Tensor>& in) {
-          at::Tensor x = in[0];
-          for (int64_t i = first; i < first + count; ++i) {
-            x = model->DecoderLayer(w.layers[i], x, st, losses);
-          }
-          return x;
-        },
-        {hidden});
-    l += count;
-  }
+  hidden = DecoderLayers(stage, hidden, *state, losses);
   if (stage.final_norm) {
     hidden = model_->FinalNorm(hidden);
     model_->ProbeDecoderOutput(hidden, *state);
   }
 
-  // MTP depths as in the whole-model forward.
-  at::Tensor previous = hidden;
-  if (stage.final_norm && stage.mtp_layers > 0) ProbeMtpInput(previous, *state);
-  for (int64_t i = 0; i < stage.mtp_layers; ++i) {
-    const MtpWeights& mtp = w.mtp[static_cast<size_t>(stage.first_mtp + i)];
-    at::Tensor embedding = model_->MtpEmbedding(state);
-    auto body = [model, &mtp, st = *state, losses](const std::vector<at::Tensor>& in) {
-      at::Tensor x = model->MtpPrologue(mtp, in[0], in[1]);
-      x = model->DecoderLayer(mtp.layer, x, st, losses);
-      return model->ProbedMtpFinalNorm(mtp, x, st);
-    };
-    at::Tensor out = plan.recomputed(stage.layers + i) ? Checkpoint(body, {embedding, previous})
-                                                       : body({embedding, previous});
-    mtp_hidden.push_back(out);
-    previous = out;
-  }
+  if (stage.final_norm && stage.mtp_layers > 0) ProbeMtpInput(hidden, *state);
+  MtpDepths(stage, hidden, state, losses, &mtp_hidden);
   if (stage.final_norm) model_->ProbeMtpOutput(hidden, mtp_hidden, *state);
 
   if (stage.loss) {
@@ -255,6 +217,57 @@ ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStag
   sends->push_back(pipeline_->StartSend(pass.output, stages[stage.index + 1].pp_rank,
                                         Tag(stage.index, state->microbatch, false)));
   return pass;
+}
+
+at::Tensor ReferenceEngine::DecoderLayers(const PipelineStage& stage, at::Tensor hidden,
+                                          const ChunkState& state, MicrobatchLosses* losses) {
+  const GptWeights& w = model_->weights();
+  const RecomputePlan& plan = chunk_plans_[static_cast<size_t>(stage.chunk)];
+  GptModel* model = model_;
+  for (int64_t l = 0; l < stage.layers;) {
+    const LayerSegment* segment = plan.SegmentStartingAt(l);
+    const int64_t first = stage.first_layer + l;
+    if (!segment) {
+      hidden = model_->DecoderLayer(w.layers[first], hidden, state, losses);
+      ++l;
+      continue;
+    }
+    const int64_t count = segment->num_layers;
+    // The state by value: the chunk's MTP depths roll it before this segment's replay.
+    hidden = Checkpoint(
+        [model, &w, st = state, losses, first, count](const std::vector<at::Tensor>& in) {
+          at::Tensor x = in[0];
+          for (int64_t i = first; i < first + count; ++i) {
+            x = model->DecoderLayer(w.layers[i], x, st, losses);
+          }
+          return x;
+        },
+        {hidden});
+    l += count;
+  }
+  return hidden;
+}
+
+void ReferenceEngine::MtpDepths(const PipelineStage& stage, const at::Tensor& hidden,
+                                ChunkState* state, MicrobatchLosses* losses,
+                                std::vector<at::Tensor>* mtp_hidden) {
+  const GptWeights& w = model_->weights();
+  const RecomputePlan& plan = chunk_plans_[static_cast<size_t>(stage.chunk)];
+  GptModel* model = model_;
+  at::Tensor previous = hidden;
+  for (int64_t i = 0; i < stage.mtp_layers; ++i) {
+    const MtpWeights& mtp = w.mtp[static_cast<size_t>(stage.first_mtp + i)];
+    at::Tensor embedding = model_->MtpEmbedding(state);
+    auto body = [model, &mtp, st = *state, losses](const std::vector<at::Tensor>& in) {
+      at::Tensor x = model->MtpPrologue(mtp, in[0], in[1]);
+      x = model->DecoderLayer(mtp.layer, x, st, losses);
+      return model->ProbedMtpFinalNorm(mtp, x, st);
+    };
+    at::Tensor out = plan.recomputed(stage.layers + i) ? Checkpoint(body, {embedding, previous})
+                                                       : body({embedding, previous});
+    mtp_hidden->push_back(out);
+    previous = out;
+  }
 }
 
 void ReferenceEngine::ChunkBackward(const PipelineStage& stage, int64_t microbatch,

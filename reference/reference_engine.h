@@ -60,6 +60,14 @@ class ReferenceEngine : public Engine {
   };
   ChunkPassState ChunkForward(const PipelineStage& stage, const ChunkState& microbatch,
                               MicrobatchLosses* losses, std::vector<PendingTransfer>* sends);
+  // The stage's decoder layers on `hidden` under the chunk's recompute plan (a checkpoint per
+  // segment, the other layers eager).
+  at::Tensor DecoderLayers(const PipelineStage& stage, at::Tensor hidden, const ChunkState& state,
+                           MicrobatchLosses* losses);
+  // The stage's MTP depths after `hidden` (each its own checkpoint when recomputed), appended to
+  // `mtp_hidden`; the depths roll `state`.
+  void MtpDepths(const PipelineStage& stage, const at::Tensor& hidden, ChunkState* state,
+                 MicrobatchLosses* losses, std::vector<at::Tensor>* mtp_hidden);
   void ChunkBackward(const PipelineStage& stage, int64_t microbatch, ChunkPassState* pass,
                      std::vector<PendingTransfer>* sends);
   // Rows of the activation that enters stage `index`: micro_batch x (1 + MTP depths before it).

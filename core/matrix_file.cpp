@@ -114,6 +114,111 @@ std::string CellName(const std::vector<std::string>& axes,
   return name;
 }
 
+// [matrix.layouts]: named pipeline layouts an axis value may choose.
+std::map<std::string, NamedLayout> ReadLayouts(const toml::table* table, Diagnostics& diag) {
+  std::map<std::string, NamedLayout> layouts;
+  if (!table) return layouts;
+  static const std::regex identifier("[a-z][a-z0-9_]*");
+  for (const auto& [key, node] : *table) {
+    const std::string name(key.str());
+    const std::string where = "[matrix.layouts] " + name;
+    if (!std::regex_match(name, identifier)) {
+      diag.Add("[matrix.layouts]",
+               "names are lower-case identifiers (they name cells), got '" + name + "'");
+      continue;
+    }
+    const toml::table* entry = node.as_table();
+    if (!entry) {
+      diag.Add("[matrix.layouts]", name + " must be a table { pp = P, layout = \"...\" }");
+      continue;
+    }
+    TableReader reader(entry, where, &diag);
+    NamedLayout layout;
+    if (!reader.Has("pp")) diag.Add(where, "pp must be set (the layout's pipeline ranks)");
+    if (!reader.Has("layout")) diag.Add(where, "layout must be set (Megatron's syntax)");
+    layout.pp = reader.Int("pp", 1, 1, 1024);
+    layout.layout = reader.String("layout", "");
+    reader.RejectUnknown();
+    layouts[name] = layout;
+  }
+  return layouts;
+}
+
+// [matrix.axes]: the values of each known axis that is listed, by axis name.
+std::map<std::string, std::vector<std::string>> ReadAxes(const toml::table* table,
+                                                         Diagnostics& diag) {
+  std::map<std::string, std::vector<std::string>> axis_values;
+  TableReader axes(table, "[matrix.axes]", &diag);
+  for (const std::string& axis : kKnownAxes) {
+    std::vector<std::string> values = ScalarList(axes, axis);
+    if (!values.empty()) axis_values[axis] = std::move(values);
+  }
+  axes.RejectUnknown();
+  if (axis_values.empty()) diag.Add("[matrix.axes]", "must list at least one axis");
+  return axis_values;
+}
+
+// A named layout must place the base's decoder layers (its MTP layers are its own 'm's): a
+// typo is bad input here, not a column of skipped cells.
+void CheckLayoutsPlace(const std::map<std::string, NamedLayout>& layouts, const Recipe& base,
+                       Diagnostics& diag) {
+  for (const auto& [name, layout] : layouts) {
+    if (layout.layout.empty()) continue;
+    try {
+      const std::string letters = ExpandPipelineLayout(layout.layout);
+      const int64_t mtp = std::count(letters.begin(), letters.end(), 'm');
+      ParsePipelineLayout(layout.layout, layout.pp, base.model.layers, mtp);
+    } catch (const InputError& e) {
+      diag.Add("[matrix.layouts] " + name, std::string("layout ") + e.what());
+    }
+  }
+}
+
+// The cell of one choice of value per axis (`index`): its name and its recipe text.
+MatrixCell ExpandCell(const Matrix& m, const std::vector<std::vector<std::string>>& values,
+                      const std::vector<size_t>& index,
+                      const std::map<std::string, NamedLayout>& layouts,
+                      const std::string& base_text) {
+  MatrixCell cell;
+  std::vector<RecipeEdit> edits;
+  for (size_t a = 0; a < m.axes.size(); ++a) {
+    cell.values[m.axes[a]] = values[a][index[a]];
+    for (RecipeEdit& e : AxisEdits(m.axes[a], values[a][index[a]], layouts, m.path)) {
+      edits.push_back(std::move(e));
+    }
+  }
+  cell.name = CellName(m.axes, cell.values);
+  // A cell's name is a folder of the output: an identifier, whatever its axis values say.
+  if (const std::string problem = IdentifierProblem("cell name", cell.name); !problem.empty()) {
+    throw InputError(
+        m.path + ": [matrix.axes] " + problem + " (from the values of " +
+        std::accumulate(std::next(m.axes.begin()), m.axes.end(), m.axes.front(),
+                        [](const std::string& a, const std::string& b) { return a + ", " + b; }) +
+        ")");
+  }
+  edits.push_back({"name", m.name + "-" + cell.name});
+  cell.recipe_text = "# Cell " + cell.name + " of " + m.path + ", expanded from " + m.base_path +
+                     "\n" + EditRecipe(base_text, edits, m.base_path);
+  return cell;
+}
+
+// Every cell, the last axis varying fastest.
+void ExpandCells(Matrix& m, const std::vector<std::vector<std::string>>& values,
+                 const std::map<std::string, NamedLayout>& layouts, const std::string& base_text) {
+  std::vector<size_t> index(m.axes.size(), 0);
+  for (;;) {
+    m.cells.push_back(ExpandCell(m, values, index, layouts, base_text));
+    size_t a = m.axes.size();
+    while (a > 0) {
+      --a;
+      if (++index[a] < values[a].size()) break;
+      index[a] = 0;
+      if (a == 0) return;
+    }
+    if (m.axes.empty()) return;
+  }
+}
+
 }  // namespace
 
 Matrix LoadMatrix(const std::string& path) {
@@ -150,49 +255,13 @@ Matrix ParseMatrix(const std::string& text, const std::string& path) {
   const toml::table* filters_table = matrix.SubTable("filters");
   const toml::table* layouts_table = matrix.SubTable("layouts");
   matrix.RejectUnknown();
-  std::map<std::string, NamedLayout> layouts;
-  if (layouts_table) {
-    static const std::regex identifier("[a-z][a-z0-9_]*");
-    for (const auto& [key, node] : *layouts_table) {
+  const std::map<std::string, NamedLayout> layouts = ReadLayouts(layouts_table, diag);
+  const std::map<std::string, std::vector<std::string>> axis_values = ReadAxes(axes_table, diag);
+  TableReader filters(filters_table, "[matrix.filters]", &diag);
+  if (filters_table) {
+    for (const auto& [key, node] : *filters_table) {
       const std::string name(key.str());
-      const std::string where = "[matrix.layouts] " + name;
-      if (!std::regex_match(name, identifier)) {
-        diag.Add("[matrix.layouts]",
-                 "names are lower-case identifiers (they name cells), got '" + name + "'");
-        continue;
-      }
-      const toml::table* entry = node.as_table();
-      if (!entry) {
-        diag.Add("[matrix.layouts]", name + " must be a table { pp = P, layout = \"...\" }");
-        continue;
-      }
-      TableReader reader(entry, where, &diag);
-      NamedLayout layout;
-      if (!reader.Has("pp")) diag.Add(where, "pp must be set (the layout's pipeline ranks)");
-      if (!reader.Has("layout")) diag.Add(where, "layout must be set (Megatron's syntax)");
-      layout.pp = reader.Int("pp", 1, 1, 1024);
-      layout.layout = reader.String("layout", "");
-      reader.RejectUnknown();
-      layouts[name] = layout;
-    }
-  }
-  std::map<std::string, std::vector<std::string>> axis_values;
-  {
-    TableReader axes(axes_table, "[matrix.axes]", &diag);
-    for (const std::string& axis : kKnownAxes) {
-      std::vector<std::string> values = ScalarList(axes, axis);
-      if (!values.empty()) axis_values[axis] = std::move(values);
-    }
-    axes.RejectUnknown();
-    if (axis_values.empty()) diag.Add("[matrix.axes]", "must list at least one axis");
-  }
-  {
-    TableReader filters(filters_table, "[matrix.filters]", &diag);
-    if (filters_table) {
-      for (const auto& [key, node] : *filters_table) {
-        const std::string name(key.str());
-        m.filters[name] = filters.String(name, "");
-      }
+      m.filters[name] = filters.String(name, "");
     }
   }
   diag.ThrowIfAny();
@@ -210,52 +279,10 @@ Matrix ParseMatrix(const std::string& text, const std::string& path) {
   }
   // The base is a full recipe in its own right; each cell overrides the axes' keys.
   const Recipe base_recipe = LoadRecipe(m.base_path);
-  const std::string& base_text = base_recipe.text;
-  // A named layout must place the base's decoder layers (its MTP layers are its own 'm's): a
-  // typo is bad input here, not a column of skipped cells.
-  for (const auto& [name, layout] : layouts) {
-    if (layout.layout.empty()) continue;
-    try {
-      const std::string letters = ExpandPipelineLayout(layout.layout);
-      const int64_t mtp = std::count(letters.begin(), letters.end(), 'm');
-      ParsePipelineLayout(layout.layout, layout.pp, base_recipe.model.layers, mtp);
-    } catch (const InputError& e) {
-      diag.Add("[matrix.layouts] " + name, std::string("layout ") + e.what());
-    }
-  }
+  CheckLayoutsPlace(layouts, base_recipe, diag);
   diag.ThrowIfAny();
-  std::vector<size_t> index(m.axes.size(), 0);
-  for (;;) {
-    MatrixCell cell;
-    std::vector<RecipeEdit> edits;
-    for (size_t a = 0; a < m.axes.size(); ++a) {
-      cell.values[m.axes[a]] = values[a][index[a]];
-      for (RecipeEdit& e : AxisEdits(m.axes[a], values[a][index[a]], layouts, path)) {
-        edits.push_back(std::move(e));
-      }
-    }
-    cell.name = CellName(m.axes, cell.values);
-    // A cell's name is a folder of the output: an identifier, whatever its axis values say.
-    if (const std::string problem = IdentifierProblem("cell name", cell.name); !problem.empty()) {
-      throw InputError(
-          path + ": [matrix.axes] " + problem + " (from the values of " +
-          std::accumulate(std::next(m.axes.begin()), m.axes.end(), m.axes.front(),
-                          [](const std::string& a, const std::string& b) { return a + ", " + b; }) +
-          ")");
-    }
-    edits.push_back({"name", m.name + "-" + cell.name});
-    cell.recipe_text = "# Cell " + cell.name + " of " + path + ", expanded from " + m.base_path +
-                       "\n" + EditRecipe(base_text, edits, m.base_path);
-    m.cells.push_back(std::move(cell));
-    size_t a = m.axes.size();
-    while (a > 0) {
-      --a;
-      if (++index[a] < values[a].size()) break;
-      index[a] = 0;
-      if (a == 0) return m;
-    }
-    if (m.axes.empty()) return m;
-  }
+  ExpandCells(m, values, layouts, base_recipe.text);
+  return m;
 }
 
 bool CellMatches(const Matrix& matrix, const MatrixCell& cell, const std::string& filter) {

@@ -105,6 +105,91 @@ std::vector<std::string> PipelineLayout::Describe() const {
 
 namespace {
 
+// What the letters of the stages placed so far hold.
+struct LetterCounts {
+  int64_t decoder = 0;
+  int64_t mtp = 0;
+  int64_t embeddings = 0;
+  int64_t losses = 0;
+  int64_t mtp_stages = 0;
+};
+
+// Stage `i` of `count` from its letters; `counts` holds the earlier stages' letters.
+PipelineStage PlaceStage(const std::string& stage_letters, const std::string& text, int64_t i,
+                         int64_t count, int64_t pp, LetterCounts& counts) {
+  PipelineStage s;
+  s.index = i;
+  s.pp_rank = i % pp;
+  s.chunk = i / pp;
+  s.first_layer = counts.decoder;
+  s.first_mtp = counts.mtp;
+  const std::string where = "stage " + std::to_string(i) + " (" + Quoted(stage_letters) + ")";
+  for (size_t j = 0; j < stage_letters.size(); ++j) {
+    const char c = stage_letters[j];
+    switch (c) {
+      case 'E':
+        if (i != 0 || j != 0) {
+          throw InputError(Quoted(text) + " has 'E' in " + where +
+                           ": the embedding comes first in the first stage");
+        }
+        s.embedding = true;
+        ++counts.embeddings;
+        break;
+      case 't':
+        if (counts.mtp > 0) {
+          throw InputError(Quoted(text) + " has a decoder layer 't' after an MTP layer 'm' in " +
+                           where + ": decoder layers come before MTP layers");
+        }
+        ++s.layers;
+        ++counts.decoder;
+        break;
+      case 'm':
+        ++s.mtp_layers;
+        ++counts.mtp;
+        break;
+      case 'L':
+        if (i != count - 1 || j + 1 != stage_letters.size()) {
+          throw InputError(Quoted(text) + " has 'L' in " + where +
+                           ": the loss comes last in the last stage");
+        }
+        s.loss = true;
+        ++counts.losses;
+        break;
+      default:
+        throw InputError(Quoted(text) + " has an unknown letter '" + std::string(1, c) + "' in " +
+                         where +
+                         "; the letters are E (embedding), t (decoder layer), m (MTP layer), L "
+                         "(loss), with '|' between stages");
+    }
+  }
+  if (s.mtp_layers > 0) ++counts.mtp_stages;
+  return s;
+}
+
+// The whole layout's letters against the model: one embedding, one loss, every layer once.
+void CheckLetterCounts(const LetterCounts& counts, const std::string& text, int64_t layers,
+                       int64_t mtp_layers) {
+  if (counts.embeddings != 1) {
+    throw InputError(Quoted(text) +
+                     " must hold 'E' (the embedding) once, first in the first stage");
+  }
+  if (counts.losses != 1) {
+    throw InputError(Quoted(text) + " must hold 'L' (the loss) once, last in the last stage");
+  }
+  if (counts.decoder != layers) {
+    throw InputError(Quoted(text) + " has " + std::to_string(counts.decoder) +
+                     " decoder layers 't', but [model] layers = " + std::to_string(layers));
+  }
+  if (counts.mtp != mtp_layers) {
+    throw InputError(Quoted(text) + " has " + std::to_string(counts.mtp) +
+                     " MTP layers 'm', but [model] mtp_layers = " + std::to_string(mtp_layers));
+  }
+  if (counts.mtp_stages > 1) {
+    throw InputError(Quoted(text) + " spreads its MTP layers over " +
+                     std::to_string(counts.mtp_stages) + " stages: every 'm' must be in one stage");
+  }
+}
+
 // Places the stages (given as their letters) and checks Megatron's rules.
 PipelineLayout Build(const std::vector<std::string>& letters, const std::string& text, int64_t pp,
                      int64_t layers, int64_t mtp_layers) {
@@ -118,77 +203,12 @@ PipelineLayout Build(const std::vector<std::string>& letters, const std::string&
   PipelineLayout layout;
   layout.pp = pp;
   layout.vpp = count / pp;
-  int64_t decoder = 0, mtp = 0, embeddings = 0, losses = 0;
-  int64_t mtp_stages = 0;
+  LetterCounts counts;
   for (int64_t i = 0; i < count; ++i) {
-    const std::string& stage_letters = letters[static_cast<size_t>(i)];
-    PipelineStage s;
-    s.index = i;
-    s.pp_rank = i % pp;
-    s.chunk = i / pp;
-    s.first_layer = decoder;
-    s.first_mtp = mtp;
-    const std::string where = "stage " + std::to_string(i) + " (" + Quoted(stage_letters) + ")";
-    for (size_t j = 0; j < stage_letters.size(); ++j) {
-      const char c = stage_letters[j];
-      switch (c) {
-        case 'E':
-          if (i != 0 || j != 0) {
-            throw InputError(Quoted(text) + " has 'E' in " + where +
-                             ": the embedding comes first in the first stage");
-          }
-          s.embedding = true;
-          ++embeddings;
-          break;
-        case 't':
-          if (mtp > 0) {
-            throw InputError(Quoted(text) + " has a decoder layer 't' after an MTP layer 'm' in " +
-                             where + ": decoder layers come before MTP layers");
-          }
-          ++s.layers;
-          ++decoder;
-          break;
-        case 'm':
-          ++s.mtp_layers;
-          ++mtp;
-          break;
-        case 'L':
-          if (i != count - 1 || j + 1 != stage_letters.size()) {
-            throw InputError(Quoted(text) + " has 'L' in " + where +
-                             ": the loss comes last in the last stage");
-          }
-          s.loss = true;
-          ++losses;
-          break;
-        default:
-          throw InputError(Quoted(text) + " has an unknown letter '" + std::string(1, c) + "' in " +
-                           where +
-                           "; the letters are E (embedding), t (decoder layer), m (MTP layer), L "
-                           "(loss), with '|' between stages");
-      }
-    }
-    if (s.mtp_layers > 0) ++mtp_stages;
-    layout.stages.push_back(s);
+    layout.stages.push_back(
+        PlaceStage(letters[static_cast<size_t>(i)], text, i, count, pp, counts));
   }
-  if (embeddings != 1) {
-    throw InputError(Quoted(text) +
-                     " must hold 'E' (the embedding) once, first in the first stage");
-  }
-  if (losses != 1) {
-    throw InputError(Quoted(text) + " must hold 'L' (the loss) once, last in the last stage");
-  }
-  if (decoder != layers) {
-    throw InputError(Quoted(text) + " has " + std::to_string(decoder) +
-                     " decoder layers 't', but [model] layers = " + std::to_string(layers));
-  }
-  if (mtp != mtp_layers) {
-    throw InputError(Quoted(text) + " has " + std::to_string(mtp) +
-                     " MTP layers 'm', but [model] mtp_layers = " + std::to_string(mtp_layers));
-  }
-  if (mtp_stages > 1) {
-    throw InputError(Quoted(text) + " spreads its MTP layers over " + std::to_string(mtp_stages) +
-                     " stages: every 'm' must be in one stage");
-  }
+  CheckLetterCounts(counts, text, layers, mtp_layers);
   for (PipelineStage& s : layout.stages) {
     if (s.mtp_layers > 0 && s.chunk != layout.vpp - 1) {
       throw InputError(Quoted(text) + " has MTP layers in chunk " + std::to_string(s.chunk) +

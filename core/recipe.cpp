@@ -194,97 +194,116 @@ void ValidatePipeline(Recipe* recipe, Diagnostics* diag) {
   }
 }
 
-void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
-  const std::string where = "[arms." + arm.name + "]";
+// [recompute] full with segment units: a method and a layer count, Megatron's MTP rule.
+void ValidateSegmentRecompute(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
   const std::string& rc_where = arm.recompute_table;
-  const std::string& precision_where = arm.precision_table;
   const RecomputeConfig& rc = arm.recompute;
+  if (!rc.full() || rc.unit != RecomputeUnit::kSegment) return;
+  if (!rc.method_set) {
+    diag->Add(rc_where,
+              "method must be set (\"uniform\" or \"block\") when granularity is \"full\"");
+  }
+  if (rc.num_layers < 1) {
+    diag->Add(rc_where, "num_layers must be set (>= 1) when granularity is \"full\"");
+  }
+  if (rc.method == RecomputeMethod::kUniform && recipe.model.mtp_layers > 0 && rc.num_layers > 1) {
+    diag->Add(rc_where,
+              "num_layers must be 1 when method is \"uniform\" and [model] mtp_layers > 0, "
+              "got " +
+                  std::to_string(rc.num_layers));
+  }
+}
+
+// fp8_backend "native": a CUDA device, and for blockwise whole 128x128 weight blocks.
+void ValidateNativeFp8(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
+  const std::string& precision_where = arm.precision_table;
   const ModelConfig& m = recipe.model;
-  if (rc.full() && rc.unit == RecomputeUnit::kSegment) {
-    if (!rc.method_set) {
-      diag->Add(rc_where,
-                "method must be set (\"uniform\" or \"block\") when granularity is \"full\"");
-    }
-    if (rc.num_layers < 1) {
-      diag->Add(rc_where, "num_layers must be set (>= 1) when granularity is \"full\"");
-    }
-    if (rc.method == RecomputeMethod::kUniform && m.mtp_layers > 0 && rc.num_layers > 1) {
-      diag->Add(rc_where,
-                "num_layers must be 1 when method is \"uniform\" and [model] mtp_layers > 0, "
-                "got " +
-                    std::to_string(rc.num_layers));
+  if (!arm.precision.native_fp8()) return;
+  if (recipe.parallel.device != DeviceKind::kCuda) {
+    diag->Add(precision_where,
+              "fp8_backend \"native\" runs FP8 tensor-core GEMMs and needs [parallel] device = "
+              "\"cuda\"; on the CPU FP8 is emulated: use fp8_backend = \"emulated\"");
+  }
+  if (arm.precision.recipe != PrecisionRecipe::kBlockwise) return;
+  // Native blockwise GEMMs take 128x128 weight blocks whole: every dimension of an FP8 weight
+  // must be a multiple of 128 (the token dimension is padded instead; the output head stays in
+  // bf16).
+  std::string uneven;
+  for (const auto& [key, value] : std::vector<std::pair<const char*, int64_t>>{
+           {"hidden", m.hidden}, {"ffn", m.ffn}, {"moe_ffn", m.moe_ffn}}) {
+    if (value % 128 != 0) {
+      uneven += std::string(uneven.empty() ? "" : ", ") + key + " = " + std::to_string(value);
     }
   }
-  const bool delayed = arm.precision.fp8() && arm.precision.fp8_scaling == Fp8Scaling::kDelayed;
-  if (arm.precision.native_fp8()) {
-    if (recipe.parallel.device != DeviceKind::kCuda) {
-      diag->Add(precision_where,
-                "fp8_backend \"native\" runs FP8 tensor-core GEMMs and needs [parallel] device = "
-                "\"cuda\"; on the CPU FP8 is emulated: use fp8_backend = \"emulated\"");
-    }
-    if (arm.precision.recipe == PrecisionRecipe::kBlockwise) {
-      // Native blockwise GEMMs take 128x128 weight blocks whole: every dimension of an FP8
-      // weight must be a multiple of 128 (the token dimension is padded instead; the output
-      // head stays in bf16).
-      std::string uneven;
-      for (const auto& [key, value] : std::vector<std::pair<const char*, int64_t>>{
-               {"hidden", m.hidden}, {"ffn", m.ffn}, {"moe_ffn", m.moe_ffn}}) {
-        if (value % 128 != 0) {
-          uneven += std::string(uneven.empty() ? "" : ", ") + key + " = " + std::to_string(value);
-        }
-      }
-      if (!uneven.empty()) {
-        diag->Add(precision_where,
-                  "fp8_backend \"native\" with recipe \"blockwise\" needs [model] hidden, ffn "
-                  "and moe_ffn to be multiples of 128 (the 128x128 weight blocks of the "
-                  "tensor-core GEMM), got " +
-                      uneven + "; use fp8_backend = \"emulated\" for other shapes");
-      }
-    }
+  if (!uneven.empty()) {
+    diag->Add(precision_where,
+              "fp8_backend \"native\" with recipe \"blockwise\" needs [model] hidden, ffn "
+              "and moe_ffn to be multiples of 128 (the 128x128 weight blocks of the "
+              "tensor-core GEMM), got " +
+                  uneven + "; use fp8_backend = \"emulated\" for other shapes");
   }
-  if (recipe.parallel.pp > 1 || recipe.parallel.vpp > 1) {
-    PipelineScheduleConfig schedule;
-    schedule.pp = recipe.parallel.pp;
-    schedule.vpp = recipe.parallel.vpp;
-    schedule.microbatches = recipe.microbatches_per_rank();
-    schedule.ep_overlap = arm.engine == EngineKind::kOverlap;
-    const std::string problem = PipelineScheduleProblem(schedule);
-    if (!problem.empty()) diag->Add(where, "[parallel] " + problem);
-    if (rc.full() && rc.unit == RecomputeUnit::kChunk && arm.engine == EngineKind::kReference) {
-      diag->Add(rc_where,
-                "unit \"chunk\" (the overlap engine's whole-chunk replay) is not available to "
-                "the reference engine with [parallel] pp > 1; use method \"uniform\" or "
-                "\"block\"");
-    }
+}
+
+// With a pipeline: the schedule must exist for this arm's engine.
+void ValidatePipelineArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
+  if (recipe.parallel.pp <= 1 && recipe.parallel.vpp <= 1) return;
+  PipelineScheduleConfig schedule;
+  schedule.pp = recipe.parallel.pp;
+  schedule.vpp = recipe.parallel.vpp;
+  schedule.microbatches = recipe.microbatches_per_rank();
+  schedule.ep_overlap = arm.engine == EngineKind::kOverlap;
+  const std::string problem = PipelineScheduleProblem(schedule);
+  if (!problem.empty()) diag->Add("[arms." + arm.name + "]", "[parallel] " + problem);
+  const RecomputeConfig& rc = arm.recompute;
+  if (rc.full() && rc.unit == RecomputeUnit::kChunk && arm.engine == EngineKind::kReference) {
+    diag->Add(arm.recompute_table,
+              "unit \"chunk\" (the overlap engine's whole-chunk replay) is not available to "
+              "the reference engine with [parallel] pp > 1; use method \"uniform\" or "
+              "\"block\"");
   }
+}
+
+// Megatron's rules for --overlap-moe-expert-parallel-comm, and delayed weight gradients.
+// Returns whether it reported delayed FP8 scaling.
+bool ValidateEngineRules(const Recipe& recipe, const ArmConfig& arm, bool delayed_scaling,
+                         Diagnostics* diag) {
+  const std::string where = "[arms." + arm.name + "]";
   if (arm.delay_wgrad && arm.engine != EngineKind::kOverlap) {
     diag->Add(where,
               "delay_wgrad needs engine \"overlap\" (delayed weight gradients run under "
               "the overlap's all-to-alls), got engine \"" +
                   std::string(ToString(arm.engine)) + "\"");
   }
-  if (arm.engine == EngineKind::kOverlap) {
-    // Megatron's rules for --overlap-moe-expert-parallel-comm.
-    if (m.mtp_layers > 1) {
-      diag->Add(where, "the overlap engine supports [model] mtp_layers 0 or 1, got " +
-                           std::to_string(m.mtp_layers));
-    }
-    if (rc.full() && recipe.parallel.ep < 2) {
-      diag->Add(where,
-                "the overlap engine with full recompute needs [parallel] ep > 1 (the "
-                "all-to-all it overlaps), got ep = " +
-                    std::to_string(recipe.parallel.ep));
-    }
-    if (delayed && rc.full()) {
-      diag->Add(precision_where,
-                "fp8_scaling \"delayed\" cannot be used by the overlap engine with full "
-                "recompute: the segment replay would update the amax history a second time; "
-                "use fp8_scaling = \"current\"");
-      return;
-    }
+  if (arm.engine != EngineKind::kOverlap) return false;
+  if (recipe.model.mtp_layers > 1) {
+    diag->Add(where, "the overlap engine supports [model] mtp_layers 0 or 1, got " +
+                         std::to_string(recipe.model.mtp_layers));
   }
+  const bool full = arm.recompute.full();
+  if (full && recipe.parallel.ep < 2) {
+    diag->Add(where,
+              "the overlap engine with full recompute needs [parallel] ep > 1 (the "
+              "all-to-all it overlaps), got ep = " +
+                  std::to_string(recipe.parallel.ep));
+  }
+  if (delayed_scaling && full) {
+    diag->Add(arm.precision_table,
+              "fp8_scaling \"delayed\" cannot be used by the overlap engine with full "
+              "recompute: the segment replay would update the amax history a second time; "
+              "use fp8_scaling = \"current\"");
+    return true;
+  }
+  return false;
+}
+
+void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
+  ValidateSegmentRecompute(recipe, arm, diag);
+  ValidateNativeFp8(recipe, arm, diag);
+  ValidatePipelineArm(recipe, arm, diag);
+  const bool delayed = arm.precision.fp8() && arm.precision.fp8_scaling == Fp8Scaling::kDelayed;
+  if (ValidateEngineRules(recipe, arm, delayed, diag)) return;
   if (delayed) {
-    diag->Add(precision_where,
+    diag->Add(arm.precision_table,
               "fp8_scaling \"delayed\" is rejected: bitparity's FP8 recipes use current "
               "scaling (scales from the tensor at hand), which a recompute replay reproduces bit "
               "for bit; use fp8_scaling = \"current\"");

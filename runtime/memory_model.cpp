@@ -250,6 +250,84 @@ void WalkReference(const MemoryProbe& p, const std::vector<ChunkPlan>& chunks,
   }
 }
 
+// A replayed layer holds what its forward with grad keeps, from its attn node on.
+void WalkReplay(const ChunkSizes& c, const NodeOp& op, Walk* w) {
+  if (op.node != NodeKind::kAttn) return;
+  const int64_t m = op.microbatch, l = op.layer;
+  const int64_t kept = c.layer(l).retained + c.layer(l).node_boundary_bytes;
+  w->Check(kept + c.layer(l).forward_transient, c.Where("segment replay", m, l));
+  w->Add(kept, c.Where("segment replay", m, l));
+}
+
+void WalkPostProcess(const MemoryProbe& p, const ChunkSizes& c, bool fwd, int64_t m, Walk* w) {
+  if (fwd) {
+    w->Check(p.post_retained + p.post_forward_transient, c.Where("post_process forward", m));
+    w->Add(p.post_retained, c.Where("post_process forward", m));
+    return;
+  }
+  w->Add(p.post_grad_bytes, c.Where("post_process backward", m));
+  w->Check(p.post_backward_transient, c.Where("post_process backward", m));
+  w->Add(-p.post_retained - c.stacked_output(), c.Where("post_process backward", m));
+  // The last layer's no-grad output fed the post-process and dies with it.
+  if (c.layers() > 0 && c.tail(c.layers() - 1)) {
+    w->Add(-p.input_bytes, c.Where("post_process backward", m));
+  }
+}
+
+void WalkSend(const MemoryProbe& p, const ChunkSizes& c, bool fwd, int64_t m, Walk* w) {
+  if (!fwd) {
+    w->Check(c.received(), c.Where("send gradient", m));
+    return;
+  }
+  // The output leaves with the step: a no-grad tail's output, an MTP chunk's stacked output, or
+  // (a chunk without layers) the activation it received.
+  int64_t leaving = c.stacked_output();
+  if (c.layers() > 0 && c.tail(c.layers() - 1)) leaving += p.input_bytes;
+  if (c.layers() == 0) leaving += c.received();
+  w->Add(-leaving, c.Where("send", m));
+}
+
+void WalkAttn(const MemoryProbe& p, const ChunkSizes& c, bool fwd, int64_t m, int64_t l, Walk* w) {
+  const LayerMemory& a = c.layer(l);
+  if (fwd && c.recomputed(l)) {
+    w->Check(a.forward_transient_no_grad, c.Where("no-grad attn forward", m, l));
+    if (c.tail(l)) w->Add(p.input_bytes, c.Where("segment output", m, l));
+  } else if (fwd) {
+    const int64_t kept = a.retained + a.node_boundary_bytes;
+    w->Check(kept + a.forward_transient, c.Where("attn forward", m, l));
+    w->Add(kept, c.Where("attn forward", m, l));
+  } else {
+    w->Check(a.grad_bytes + a.backward_transient, c.Where("attn backward", m, l));
+    w->Add(a.grad_bytes - a.retained - a.node_boundary_bytes, c.Where("attn backward", m, l));
+    // An eager layer fed by a no-grad segment's output frees that output here.
+    if (!c.recomputed(l) && l > 0 && c.tail(l - 1)) {
+      w->Add(-p.input_bytes, c.Where("attn backward", m, l));
+    }
+  }
+}
+
+void WalkSegment(const MemoryProbe& p, const ChunkSizes& c, const NodeOp& op, Walk* w,
+                 std::vector<ReplayLevel>* levels) {
+  const LayerSegment& s = c.plan().recompute.segments[op.segment];
+  if (op.phase == Phase::kReplayDone) {
+    int64_t segment_bytes = 0;
+    for (int64_t j = s.first_layer; j <= s.last_layer(); ++j) {
+      segment_bytes += c.layer(j).retained + c.layer(j).node_boundary_bytes;
+    }
+    levels->push_back({op.chunk, op.microbatch, op.segment, w->live(), segment_bytes});
+  }
+  if (op.phase == Phase::kRelease && s.first_layer > 0 && c.tail(s.first_layer - 1)) {
+    w->Add(-p.input_bytes, c.Where("segment release", op.microbatch, s.first_layer));
+  }
+}
+
+// The pass ends: its gradients, the activation it received (unless a chunk without layers passed
+// it on at once) and the gradient it received go.
+void WalkGradientFlush(const ChunkSizes& c, int64_t m, Walk* w) {
+  const int64_t received = c.layers() == 0 && !c.plan().post_process() ? 0 : c.received();
+  w->Add(-c.grad_bytes() - received - c.received_gradient(), c.Where("gradient flush", m));
+}
+
 // The overlap arm: the plan's operations in order, each adding or releasing what its node keeps.
 // Where a segment's replay is done, the walk's level goes to `levels`.
 void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w,
@@ -261,12 +339,7 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w,
     const int64_t m = op.microbatch, l = op.layer;
     const bool fwd = op.phase == Phase::kForward;
     if (op.phase == Phase::kReplay && op.node != NodeKind::kSegment) {
-      // A replayed layer holds what its forward with grad keeps, from its attn node on.
-      if (op.node == NodeKind::kAttn) {
-        const int64_t kept = c.layer(l).retained + c.layer(l).node_boundary_bytes;
-        w->Check(kept + c.layer(l).forward_transient, c.Where("segment replay", m, l));
-        w->Add(kept, c.Where("segment replay", m, l));
-      }
+      WalkReplay(c, op, w);
       continue;
     }
     switch (op.node) {
@@ -278,18 +351,7 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w,
         }
         break;
       case NodeKind::kPostProcess:
-        if (fwd) {
-          w->Check(p.post_retained + p.post_forward_transient, c.Where("post_process forward", m));
-          w->Add(p.post_retained, c.Where("post_process forward", m));
-        } else {
-          w->Add(p.post_grad_bytes, c.Where("post_process backward", m));
-          w->Check(p.post_backward_transient, c.Where("post_process backward", m));
-          w->Add(-p.post_retained - c.stacked_output(), c.Where("post_process backward", m));
-          // The last layer's no-grad output fed the post-process and dies with it.
-          if (c.layers() > 0 && c.tail(c.layers() - 1)) {
-            w->Add(-p.input_bytes, c.Where("post_process backward", m));
-          }
-        }
+        WalkPostProcess(p, c, fwd, m, w);
         break;
       case NodeKind::kP2pRecv:
         // The receive's buffer exists from when it is posted.
@@ -297,62 +359,19 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w,
                c.Where(fwd ? "receive posted" : "gradient receive posted", m));
         break;
       case NodeKind::kP2pSend:
-        if (fwd) {
-          // The output leaves with the step: a no-grad tail's output, an MTP chunk's stacked
-          // output, or (a chunk without layers) the activation it received.
-          int64_t leaving = c.stacked_output();
-          if (c.layers() > 0 && c.tail(c.layers() - 1)) leaving += p.input_bytes;
-          if (c.layers() == 0) leaving += c.received();
-          w->Add(-leaving, c.Where("send", m));
-        } else {
-          w->Check(c.received(), c.Where("send gradient", m));
-        }
+        WalkSend(p, c, fwd, m, w);
         break;
       case NodeKind::kMtpPostProcess:
         if (fwd && l == c.layers() - 1) w->Add(c.stacked_output(), c.Where("stacked output", m, l));
         break;
-      case NodeKind::kAttn: {
-        const LayerMemory& a = c.layer(l);
-        if (fwd) {
-          if (c.recomputed(l)) {
-            w->Check(a.forward_transient_no_grad, c.Where("no-grad attn forward", m, l));
-            if (c.tail(l)) w->Add(p.input_bytes, c.Where("segment output", m, l));
-          } else {
-            const int64_t kept = a.retained + a.node_boundary_bytes;
-            w->Check(kept + a.forward_transient, c.Where("attn forward", m, l));
-            w->Add(kept, c.Where("attn forward", m, l));
-          }
-        } else {
-          w->Check(a.grad_bytes + a.backward_transient, c.Where("attn backward", m, l));
-          w->Add(a.grad_bytes - a.retained - a.node_boundary_bytes, c.Where("attn backward", m, l));
-          // An eager layer fed by a no-grad segment's output frees that output here.
-          if (!c.recomputed(l) && l > 0 && c.tail(l - 1)) {
-            w->Add(-p.input_bytes, c.Where("attn backward", m, l));
-          }
-        }
+      case NodeKind::kAttn:
+        WalkAttn(p, c, fwd, m, l, w);
         break;
-      }
-      case NodeKind::kSegment: {
-        const LayerSegment& s = c.plan().recompute.segments[op.segment];
-        if (op.phase == Phase::kReplayDone) {
-          int64_t segment_bytes = 0;
-          for (int64_t j = s.first_layer; j <= s.last_layer(); ++j) {
-            segment_bytes += c.layer(j).retained + c.layer(j).node_boundary_bytes;
-          }
-          levels->push_back({op.chunk, m, op.segment, w->live(), segment_bytes});
-        }
-        if (op.phase == Phase::kRelease && s.first_layer > 0 && c.tail(s.first_layer - 1)) {
-          w->Add(-p.input_bytes, c.Where("segment release", m, s.first_layer));
-        }
+      case NodeKind::kSegment:
+        WalkSegment(p, c, op, w, levels);
         break;
-      }
       case NodeKind::kChunk:
-        if (op.phase == Phase::kFlushGrads) {
-          // The pass ends: its gradients, the activation it received (unless a chunk without
-          // layers passed it on at once) and the gradient it received go.
-          const int64_t received = c.layers() == 0 && !c.plan().post_process() ? 0 : c.received();
-          w->Add(-c.grad_bytes() - received - c.received_gradient(), c.Where("gradient flush", m));
-        }
+        if (op.phase == Phase::kFlushGrads) WalkGradientFlush(c, m, w);
         break;
       case NodeKind::kDispatch:  // their bytes are in the attn node's retained and boundary figures
       case NodeKind::kMlp:
@@ -364,53 +383,62 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w,
   }
 }
 
-}  // namespace
+// What this rank holds: every stage of its pipeline rank (the whole model without a pipeline).
+struct RankHolds {
+  bool embedding = false;
+  bool loss = false;
+  std::vector<bool> layers;  // decoder layers, then MTP depths
+};
 
-MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
-  MemoryProbe probe;
-  ParameterStore& store = model.parameters();
+RankHolds HeldByRank(const GptModel& model) {
   const ModelConfig& c = model.config();
-  const GptWeights& w = model.weights();
-  MicrobatchLosses losses;
-  TakeGradBytes(store);
-
-  // What this rank holds: every stage of its pipeline rank (the whole model without a pipeline).
   const ParallelLayout& layout = model.layout();
   const PipelineLayout pipeline = layout.pipeline.stages.empty()
                                       ? EvenPipelineLayout(1, 1, c.layers, c.mtp_layers)
                                       : layout.pipeline;
-  bool embedding = false, loss = false;
-  std::vector<bool> local(static_cast<size_t>(c.layers + c.mtp_layers), false);
+  RankHolds holds;
+  holds.layers.assign(static_cast<size_t>(c.layers + c.mtp_layers), false);
   for (int64_t chunk = 0; chunk < pipeline.vpp; ++chunk) {
     const PipelineStage& s = pipeline.stage(layout.pp_rank, chunk);
-    embedding |= s.embedding;
-    loss |= s.loss;
-    for (int64_t l = 0; l < s.layers; ++l) local[static_cast<size_t>(s.first_layer + l)] = true;
+    holds.embedding |= s.embedding;
+    holds.loss |= s.loss;
+    for (int64_t l = 0; l < s.layers; ++l) {
+      holds.layers[static_cast<size_t>(s.first_layer + l)] = true;
+    }
     for (int64_t d = 0; d < s.mtp_layers; ++d) {
-      local[static_cast<size_t>(c.layers + s.first_mtp + d)] = true;
+      holds.layers[static_cast<size_t>(c.layers + s.first_mtp + d)] = true;
     }
   }
+  return holds;
+}
 
-  // A layer's input: the embedded tokens where the rank embeds them, else hidden states of the
-  // same shape drawn from a generator of the probe's own.
-  at::Tensor hidden;
-  if (embedding) {
-    const int64_t before = Live();
-    at::Tensor e = model.Embed(microbatch.input_ids);
-    probe.embedding_retained = Live() - before;
-    torch::autograd::backward({e}, {at::full_like(e, 1e-3)});
-    probe.embedding_grad_bytes = TakeGradBytes(store);
-    hidden = e.detach();
-  } else {
+// A layer's input: the embedded tokens where the rank embeds them (measuring the embedding),
+// else hidden states of the same shape drawn from a generator of the probe's own.
+at::Tensor ProbeInput(GptModel& model, const ChunkState& microbatch, bool embedding,
+                      MemoryProbe* probe) {
+  if (!embedding) {
+    const ModelConfig& c = model.config();
     at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(kProbeSeed);
-    hidden = at::randn({microbatch.input_ids.size(0), c.seq_len, c.residual_width()}, generator,
-                       at::TensorOptions().dtype(at::kFloat))
-                 .to(model.device(), model.compute_dtype());
+    return at::randn({microbatch.input_ids.size(0), c.seq_len, c.residual_width()}, generator,
+                     at::TensorOptions().dtype(at::kFloat))
+        .to(model.device(), model.compute_dtype());
   }
-  probe.input_bytes = Bytes(hidden);
+  const int64_t before = Live();
+  at::Tensor e = model.Embed(microbatch.input_ids);
+  probe->embedding_retained = Live() - before;
+  torch::autograd::backward({e}, {at::full_like(e, 1e-3)});
+  probe->embedding_grad_bytes = TakeGradBytes(model.parameters());
+  return e.detach();
+}
 
-  // One probe per kind of layer the rank holds: dense decoder, MoE decoder, MTP depth.
-  probe.layers.resize(local.size());
+// One probe per kind of layer the rank holds: dense decoder, MoE decoder, MTP depth.
+void ProbeLayers(GptModel& model, const ChunkState& microbatch, const std::vector<bool>& local,
+                 const at::Tensor& hidden, MemoryProbe* probe) {
+  ParameterStore& store = model.parameters();
+  const ModelConfig& c = model.config();
+  const GptWeights& w = model.weights();
+  MicrobatchLosses losses;
+  probe->layers.resize(local.size());
   std::optional<LayerMemory> dense, moe, mtp;
   for (int64_t l = 0; l < c.layers; ++l) {
     if (!local[static_cast<size_t>(l)]) continue;
@@ -425,7 +453,7 @@ MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
           NodeBoundaryBytes(model, w.layers[l], nullptr, hidden, microbatch, kind->retained);
       TakeGradBytes(store);
     }
-    probe.layers[static_cast<size_t>(l)] = *kind;
+    probe->layers[static_cast<size_t>(l)] = *kind;
   }
   for (int64_t d = 0; d < c.mtp_layers; ++d) {
     if (!local[static_cast<size_t>(c.layers + d)]) continue;
@@ -443,32 +471,46 @@ MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
           NodeBoundaryBytes(model, w.mtp[d].layer, &w.mtp[d], hidden, microbatch, mtp->retained);
       TakeGradBytes(store);
     }
-    probe.layers[static_cast<size_t>(c.layers + d)] = *mtp;
+    probe->layers[static_cast<size_t>(c.layers + d)] = *mtp;
   }
+}
 
-  if (loss) {
-    // The post-process reads hidden states of one stream.
-    at::Tensor h = hidden.narrow(-1, 0, c.hidden).clone().requires_grad_(true);
-    std::vector<at::Tensor> mtp_hidden;
-    for (int64_t d = 0; d < c.mtp_layers; ++d) mtp_hidden.push_back(h);
-    const int64_t before = Live();
-    MemoryTracker::ResetProbePeak();
-    MicrobatchLosses post;
-    model.PostProcess(h, mtp_hidden, microbatch, &post);
-    probe.post_retained = Live() - before;
-    probe.post_forward_transient = MemoryTracker::probe_peak_bytes() - Live();
-    const int64_t pre_backward = Live();
-    MemoryTracker::ResetProbePeak();
-    torch::autograd::backward({post.objective}, {at::full_like(post.objective, 1e-3)});
-    const int64_t peak = MemoryTracker::probe_peak_bytes();
-    probe.post_grad_bytes = TakeGradBytes(store);
-    probe.post_backward_transient =
-        std::max<int64_t>(0, peak - pre_backward - probe.post_grad_bytes);
-  }
+// The post-process (output head, losses), which reads hidden states of one stream.
+void ProbePostProcess(GptModel& model, const ChunkState& microbatch, const at::Tensor& hidden,
+                      MemoryProbe* probe) {
+  const ModelConfig& c = model.config();
+  at::Tensor h = hidden.narrow(-1, 0, c.hidden).clone().requires_grad_(true);
+  std::vector<at::Tensor> mtp_hidden;
+  for (int64_t d = 0; d < c.mtp_layers; ++d) mtp_hidden.push_back(h);
+  const int64_t before = Live();
+  MemoryTracker::ResetProbePeak();
+  MicrobatchLosses post;
+  model.PostProcess(h, mtp_hidden, microbatch, &post);
+  probe->post_retained = Live() - before;
+  probe->post_forward_transient = MemoryTracker::probe_peak_bytes() - Live();
+  const int64_t pre_backward = Live();
+  MemoryTracker::ResetProbePeak();
+  torch::autograd::backward({post.objective}, {at::full_like(post.objective, 1e-3)});
+  const int64_t peak = MemoryTracker::probe_peak_bytes();
+  probe->post_grad_bytes = TakeGradBytes(model.parameters());
+  probe->post_backward_transient =
+      std::max<int64_t>(0, peak - pre_backward - probe->post_grad_bytes);
+}
 
+}  // namespace
+
+MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
+  MemoryProbe probe;
+  ParameterStore& store = model.parameters();
+  TakeGradBytes(store);
+  const RankHolds holds = HeldByRank(model);
+  const at::Tensor hidden = ProbeInput(model, microbatch, holds.embedding, &probe);
+  probe.input_bytes = Bytes(hidden);
+  ProbeLayers(model, microbatch, holds.layers, hidden, &probe);
+  if (holds.loss) ProbePostProcess(model, microbatch, hidden, &probe);
   // The data-parallel reduction gathers every rank's replicated main grads (fp32), concatenated
   // once, and sums them into one more buffer.
-  const int64_t world = layout.dp_size;
+  const int64_t world = model.layout().dp_size;
   if (world > 1) {
     int64_t replicated = 0;
     for (const Parameter& p : store.all()) {

@@ -109,10 +109,8 @@ void AttributeFailure(int64_t recipe_threads, int64_t recipe_iterations, const P
   std::optional<CheckResult> control = rerun("control", a.window, 0, false);
   a.control_ran = control.has_value();
   a.control_differs = control && control->verdict == Verdict::kFail;
-  if (a.control_differs && control->figures.contains("first_divergent_operations")) {
-    for (const auto& s : control->figures["first_divergent_operations"]) {
-      a.first_divergences.push_back(s.get<std::string>());
-    }
+  if (a.control_differs && control->first_divergent_operations) {
+    a.first_divergences = *control->first_divergent_operations;
   }
   for (FactorTrial& t : a.trials) {
     if (!t.varied || !a.control_differs) continue;
@@ -123,7 +121,7 @@ void AttributeFailure(int64_t recipe_threads, int64_t recipe_iterations, const P
     t.ran = pair.has_value();
     t.restored = pair && pair->verdict == Verdict::kPass;
   }
-  check->figures["attribution"] = a.ToJson();
+  check->attribution = a;
   check->details += "attribution: " + a.Explain() + "\n";
   for (const FactorTrial& t : a.trials) {
     check->details += "  " + t.change + ": " +

@@ -11,48 +11,15 @@
 
 #include <cstdint>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "harness/attribution_result.h"
 #include "harness/checks.h"
 
 namespace bitparity {
-
-enum class AttributionFactor {
-  kThreads,                  // intra-op threads 1 instead of the recipe's
-  kDeterministicAlgorithms,  // deterministic algorithms forced, whatever turns them off
-  kFixedOrderCollectives,    // collectives through the fixed-order (rank-order) path
-  kFreshProcess,             // every run in processes of its own
-};
-const char* ToString(AttributionFactor factor);
-
-// One factor: changed in a pair of reruns, or not varied (and why).
-struct FactorTrial {
-  AttributionFactor factor = AttributionFactor::kThreads;
-  std::string change;     // "intra-op threads 2 -> 1", or why it was not varied
-  bool varied = false;    // a pair of reruns ran with the change
-  bool ran = false;       // both reruns finished (false: budget or a failed rerun)
-  bool restored = false;  // the pair was bit-identical
-};
-
-struct Attribution {
-  std::string arm;
-  int64_t window = 0;            // the reruns stopped after this iteration
-  bool control_ran = false;      // the unchanged pair finished
-  bool control_differs = false;  // ... and did not reproduce itself either
-  std::vector<FactorTrial> trials;
-  // The control pair's first divergent operation per rank (node probes), when it differs.
-  std::vector<std::string> first_divergences;
-
-  // One sentence: which change restores reproducibility and what that means, e.g. "the
-  // difference follows the intra-op thread count (intra-op threads 2 -> 1 restores
-  // reproducibility): a reduction whose order depends on how the threads run".
-  std::string Explain() const;
-  nlohmann::json ToJson() const;
-};
 
 // Reruns the arm's iterations 1..`window` twice with node probes, under `label`, with `threads`
 // intra-op threads (0: the recipe's) and deterministic algorithms forced or not; the
@@ -62,8 +29,8 @@ using PairRerun = std::function<std::optional<CheckResult>(
 
 // Attributes `check`, an arm's failed reproducibility check, for a recipe of `recipe_threads`
 // intra-op threads and `recipe_iterations` iterations: the control pair, then one pair per
-// factor that can vary, through `rerun`; the attribution goes to the check's figures
-// ("attribution") and details. `progress` (may be null) gets one line when the reruns start.
+// factor that can vary, through `rerun`; the attribution goes to the check's `attribution` and
+// details. `progress` (may be null) gets one line when the reruns start.
 void AttributeFailure(int64_t recipe_threads, int64_t recipe_iterations, const PairRerun& rerun,
                       std::ostream* progress, CheckResult* check);
 

@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "core/digest.h"
-#include "core/enum_names.h"
 #include "core/float_bits.h"
 #include "core/recipe_edit.h"
 #include "core/trace_keys.h"
@@ -18,39 +17,6 @@
 namespace bitparity {
 
 namespace {
-
-constexpr EnumName<Verdict> kVerdictNames[] = {{Verdict::kPass, "pass"},
-                                               {Verdict::kFail, "fail"},
-                                               {Verdict::kSkipped, "skipped"},
-                                               {Verdict::kError, "error"}};
-constexpr EnumName<CheckKind> kCheckKindNames[] = {{CheckKind::kReproduces, "reproduces"},
-                                                   {CheckKind::kLoss, "loss"},
-                                                   {CheckKind::kGradients, "gradients"},
-                                                   {CheckKind::kParameters, "parameters"},
-                                                   {CheckKind::kMemoryModel, "memory_model"},
-                                                   {CheckKind::kMemory, "memory"},
-                                                   {CheckKind::kOverlap, "overlap"},
-                                                   {CheckKind::kReplay, "replay"},
-                                                   {CheckKind::kCensus, "census"},
-                                                   {CheckKind::kGolden, "golden"},
-                                                   {CheckKind::kGoldenMemory, "golden_memory"},
-                                                   {CheckKind::kRun, "run"},
-                                                   {CheckKind::kCell, "cell"}};
-
-}  // namespace
-
-const char* ToString(Verdict verdict) { return NameIn(kVerdictNames, verdict); }
-const char* ToString(CheckKind kind) { return NameIn(kCheckKindNames, kind); }
-
-namespace {
-
-CheckResult NewCheck(CheckKind kind, const std::string& arm, std::string name) {
-  CheckResult result;
-  result.kind = kind;
-  result.arm = arm;
-  result.name = std::move(name);
-  return result;
-}
 
 std::string Number(double v) {
   char buffer[64];
@@ -132,13 +98,13 @@ bool SameShape(const Trace& a, const Trace& b, CheckResult* result) {
 void AddFirstDivergentOperations(const Trace& a, const Trace& b, bool across_arms,
                                  CheckResult* result) {
   if (!HasProbes(a) || !HasProbes(b)) return;
-  nlohmann::json sentences = nlohmann::json::array();
+  std::vector<std::string> sentences;
   for (const ProbeDivergence& d :
        across_arms ? FirstCrossArmDivergences(a, b) : FirstProbeDivergences(a, b)) {
     sentences.push_back(d.Describe());
   }
-  result->figures["first_divergent_operations"] = sentences;
-  result->details = FirstDivergenceLines(result->figures) + result->details;
+  result->first_divergent_operations = std::move(sentences);
+  result->details = FirstDivergenceLines(result->first_divergent_operations) + result->details;
 }
 
 std::string RecordsDigest(const Trace& trace) {
@@ -161,7 +127,7 @@ std::string RecordsDigest(const Trace& trace) {
 }
 
 CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trace*>& runs) {
-  CheckResult result = NewCheck(CheckKind::kReproduces, arm, arm + " reproduces itself");
+  CheckResult result = NewCheck(CheckKind::kReproduces, arm);
   result.figures["runs"] = runs.size();
   nlohmann::json digests = nlohmann::json::array();
   for (const Trace* run : runs) digests.push_back(RecordsDigest(*run));
@@ -182,7 +148,7 @@ CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trac
 
 CheckResult CheckLosses(const std::string& arm, const Trace& a, const std::string& baseline,
                         const Trace& b, const Tolerance& policy) {
-  CheckResult result = NewCheck(CheckKind::kLoss, arm, arm + " vs " + baseline + ": loss");
+  CheckResult result = NewCheck(CheckKind::kLoss, arm, baseline);
   result.figures["policy"] = policy.Describe();
   if (!SameShape(a, b, &result)) return result;
   if (policy.bitwise()) {
@@ -215,8 +181,7 @@ CheckResult CheckLosses(const std::string& arm, const Trace& a, const std::strin
 
 CheckResult CheckGradients(const std::string& arm, const Trace& a, const std::string& baseline,
                            const Trace& b, const Tolerance& policy) {
-  CheckResult result =
-      NewCheck(CheckKind::kGradients, arm, arm + " vs " + baseline + ": gradients");
+  CheckResult result = NewCheck(CheckKind::kGradients, arm, baseline);
   result.figures["policy"] = policy.Describe();
   if (!SameShape(a, b, &result)) return result;
   if (policy.bitwise()) {
@@ -271,8 +236,7 @@ CheckResult CheckGradients(const std::string& arm, const Trace& a, const std::st
 
 CheckResult CheckParameters(const std::string& arm, const Trace& a, const std::string& baseline,
                             const Trace& b, const Tolerance& policy) {
-  CheckResult result =
-      NewCheck(CheckKind::kParameters, arm, arm + " vs " + baseline + ": parameters");
+  CheckResult result = NewCheck(CheckKind::kParameters, arm, baseline);
   result.figures["policy"] = policy.Describe();
   if (!SameShape(a, b, &result)) return result;
   if (policy.bitwise()) {
@@ -310,7 +274,7 @@ int64_t PredictedPeakBytes(const RankTrace& rank) {
 }
 
 CheckResult CheckMemoryModel(const std::string& arm, const Trace& trace, double tolerance) {
-  CheckResult result = NewCheck(CheckKind::kMemoryModel, arm, arm + ": peak memory vs model");
+  CheckResult result = NewCheck(CheckKind::kMemoryModel, arm);
   result.figures["tolerance"] = tolerance;
   double worst = 0;
   std::ostringstream summary;
@@ -344,11 +308,11 @@ CheckResult CheckMemoryModel(const std::string& arm, const Trace& trace, double 
 }
 
 std::string MemoryCheckName(const MemoryBound& bound) {
-  return bound.arm + " vs " + bound.of + ": peak memory";
+  return CheckName(CheckKind::kMemory, bound.arm, bound.of);
 }
 
 CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak_of) {
-  CheckResult result = NewCheck(CheckKind::kMemory, bound.arm, MemoryCheckName(bound));
+  CheckResult result = NewCheck(CheckKind::kMemory, bound.arm, bound.of);
   const double ratio = peak_of > 0 ? static_cast<double>(peak_arm) / peak_of : 0.0;
   result.figures["peak_bytes"] = peak_arm;
   result.figures["reference_peak_bytes"] = peak_of;
@@ -382,7 +346,7 @@ AllToAllTime AllToAllTimeOf(const Trace& trace) {
 }
 
 CheckResult CheckReplays(const std::string& arm, const std::vector<const Trace*>& runs) {
-  CheckResult result = NewCheck(CheckKind::kReplay, arm, arm + ": replays equal first pass");
+  CheckResult result = NewCheck(CheckKind::kReplay, arm);
   int64_t compared = 0;
   for (size_t k = 0; k < runs.size(); ++k) {
     int64_t replays = 0;
@@ -414,7 +378,7 @@ CheckResult CheckReplays(const std::string& arm, const std::vector<const Trace*>
 }
 
 CheckResult CheckRecomputeCensus(const std::string& arm, const std::vector<const Trace*>& runs) {
-  CheckResult result = NewCheck(CheckKind::kCensus, arm, arm + ": recompute census");
+  CheckResult result = NewCheck(CheckKind::kCensus, arm);
   result.figures["segment_slack"] = kCensusSegmentSlack;
   int64_t pairs = 0;
   // The worst pair of consecutive replays of one pass: the largest growth beyond the model's, in
@@ -481,11 +445,11 @@ CheckResult CheckRecomputeCensus(const std::string& arm, const std::vector<const
 }
 
 std::string OverlapCheckName(const OverlapBound& bound) {
-  return bound.arm + ": all-to-all hidden";
+  return CheckName(CheckKind::kOverlap, bound.arm);
 }
 
 CheckResult CheckOverlap(const OverlapBound& bound, const std::vector<const Trace*>& runs) {
-  CheckResult result = NewCheck(CheckKind::kOverlap, bound.arm, OverlapCheckName(bound));
+  CheckResult result = NewCheck(CheckKind::kOverlap, bound.arm);
   result.figures["hidden_at_least"] = bound.hidden_at_least;
   nlohmann::json per_run = nlohmann::json::array();
   double worst = 1.0;
@@ -525,7 +489,7 @@ CheckResult CheckOverlap(const OverlapBound& bound, const std::vector<const Trac
 
 CheckResult CheckGolden(const std::string& arm, const Trace& run, const Trace* golden,
                         const std::string& skip_reason) {
-  CheckResult result = NewCheck(CheckKind::kGolden, arm, "golden: " + arm);
+  CheckResult result = NewCheck(CheckKind::kGolden, arm);
   if (!skip_reason.empty() || !golden) {
     result.verdict = Verdict::kSkipped;
     result.summary = skip_reason;

@@ -13,46 +13,10 @@
 
 #include "core/recipe.h"
 #include "core/trace.h"
+#include "harness/check_result.h"
 #include "harness/trace_compare.h"
 
 namespace bitparity {
-
-enum class Verdict { kPass, kFail, kSkipped, kError };
-const char* ToString(Verdict verdict);
-
-// What a check is about; the harness finds a check by its kind and arm, never by its name.
-enum class CheckKind {
-  kReproduces,    // an arm's runs agree bit for bit
-  kLoss,          // arm vs baseline: loss records
-  kGradients,     // arm vs baseline: gradient records
-  kParameters,    // arm vs baseline: parameter records
-  kMemoryModel,   // an arm's measured peak vs its memory model
-  kMemory,        // an arm's peak vs another arm's, under a bound
-  kOverlap,       // the share of an arm's all-to-all time hidden under compute, under a bound
-  kReplay,        // an arm's recompute replays against their first pass (node probes)
-  kCensus,        // the activations live at each segment replay against the memory model
-  kGolden,        // the baseline vs its golden
-  kGoldenMemory,  // the baseline's peak memory vs its golden's
-  kRun,           // one run of an arm could not finish (an infrastructure fault)
-  kCell,          // a matrix cell that could not run
-};
-const char* ToString(CheckKind kind);
-
-struct CheckResult {
-  CheckKind kind = CheckKind::kRun;
-  std::string arm;   // the arm checked (for kMemory: the bounded arm)
-  std::string name;  // for people, e.g. "overlap vs reference: gradients"
-  Verdict verdict = Verdict::kPass;
-  std::string summary;                                // one line
-  std::string details;                                // what differs, localization
-  nlohmann::json figures = nlohmann::json::object();  // every figure, for the JSON report
-  double seconds = 0;  // the wall time of the runs it compared (JUnit's testcase time)
-  std::optional<Difference> difference;  // the first difference, for localization
-  // Record comparisons (kReproduces, kLoss, kGradients, kParameters, kGolden, when bitwise).
-  int64_t compared_records = 0;
-  int64_t differing_records = 0;
-  int64_t differing_run = 0;  // kReproduces that failed: the first run (1-based) unlike run 1
-};
 
 // Every record of every iteration and rank bit-identical between the runs (memory and time are
 // not compared).
@@ -75,7 +39,7 @@ int64_t PredictedPeakBytes(const RankTrace& rank);
 // Every rank's measured peak within `tolerance` (relative) of its predicted peak.
 CheckResult CheckMemoryModel(const std::string& arm, const Trace& trace, double tolerance);
 CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak_of);
-// "<arm> vs <of>: peak memory", the name of a memory bound's check.
+// CheckName of a memory bound's check.
 std::string MemoryCheckName(const MemoryBound& bound);
 
 // A run's all-to-all time over every rank and iteration but the first (a warm-up, when there
@@ -90,8 +54,8 @@ struct AllToAllTime {
 AllToAllTime AllToAllTimeOf(const Trace& trace);
 
 // With node probes in both traces: each rank's first divergent operation (FirstProbeDivergences
-// for two runs of one arm, FirstCrossArmDivergences for an arm and its baseline) as the figure
-// "first_divergent_operations" and lines of the details. CheckReproduces adds them itself.
+// for two runs of one arm, FirstCrossArmDivergences for an arm and its baseline) as the check's
+// first_divergent_operations and lines of the details. CheckReproduces adds them itself.
 void AddFirstDivergentOperations(const Trace& a, const Trace& b, bool across_arms,
                                  CheckResult* result);
 
@@ -117,7 +81,7 @@ CheckResult CheckReplays(const std::string& arm, const std::vector<const Trace*>
 inline constexpr double kCensusSegmentSlack = 0.5;
 CheckResult CheckRecomputeCensus(const std::string& arm, const std::vector<const Trace*>& runs);
 
-// "<arm>: all-to-all hidden", the name of an overlap bound's check.
+// CheckName of an overlap bound's check.
 std::string OverlapCheckName(const OverlapBound& bound);
 // The bound holds for every run in `runs` (the arm's): the worst run's hidden fraction is at
 // least bound.hidden_at_least. An arm that ran no all-to-all fails, saying so.

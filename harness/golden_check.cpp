@@ -13,7 +13,7 @@ CheckResult NewGoldenCheck(CheckKind kind, const std::string& arm) {
   CheckResult result;
   result.kind = kind;
   result.arm = arm;
-  result.name = std::string(kind == CheckKind::kGolden ? "golden: " : "golden memory: ") + arm;
+  result.name = CheckName(kind, arm);
   return result;
 }
 
@@ -60,10 +60,10 @@ void ExplainAgainstNearest(const GoldenCheckInput& input, CheckResult* result) {
     f["compared_records"] = e.records.compared_records;
   }
   if (e.probes_compared && !e.records.identical) {
-    nlohmann::json sentences = nlohmann::json::array();
+    std::vector<std::string> sentences;
     for (const ProbeDivergence& d : e.operations) sentences.push_back(d.Describe());
-    f["first_divergent_operations"] = sentences;
-    f["first_divergent_operations_from"] = source;
+    result->first_divergent_operations = std::move(sentences);
+    result->first_divergent_operations_from = source;
   }
 }
 
@@ -153,6 +153,42 @@ std::vector<CheckResult> CheckGoldens(const GoldenCheckInput& input) {
     return {bits, memory};
   }
   return {bits, CheckGoldenMemory(input.arm, *input.run, *golden, input.memory_tolerance)};
+}
+
+void UpdateGolden(const GoldenUpdate& update, const GoldenStore& store,
+                  std::vector<CheckResult>& checks) {
+  CheckResult* golden = nullptr;
+  int failed = 0;
+  for (CheckResult& c : checks) {
+    if (c.kind == CheckKind::kGolden && c.arm == update.arm) {
+      golden = &c;
+    } else if (c.kind != CheckKind::kGoldenMemory &&
+               (c.verdict == Verdict::kFail || c.verdict == Verdict::kError)) {
+      ++failed;
+    }
+  }
+  if (!golden) return;
+  if (failed > 0) {
+    golden->verdict = Verdict::kFail;
+    golden->summary = "not updated: " + std::to_string(failed) +
+                      " other check(s) failed, and a golden must come from a passing run";
+    return;
+  }
+  std::string replaced;
+  if (golden->verdict == Verdict::kFail) {
+    replaced = "; the golden it replaced differed: " + golden->summary;
+    golden->details = "the replaced golden differed:\n" + golden->details;
+    golden->figures["replaced_a_differing_golden"] = true;
+  } else {
+    replaced = golden->verdict == Verdict::kSkipped ? "; before: " + golden->summary
+                                                    : "; the golden it replaced matched";
+    golden->details.clear();
+    golden->figures["replaced_a_differing_golden"] = false;
+  }
+  store.Replace(update.path, *update.run, update.fingerprint, update.command_line);
+  golden->verdict = Verdict::kPass;
+  golden->summary = "updated: wrote " + update.path + replaced;
+  golden->difference.reset();
 }
 
 }  // namespace bitparity

@@ -51,6 +51,23 @@ std::vector<CheckResult> CheckGoldens(const GoldenCheckInput& input);
 CheckResult CheckGoldenMemory(const std::string& arm, const Trace& run, const Trace& golden,
                               double tolerance);
 
+// What to replace with --update-golden: the golden file, the run that becomes it.
+struct GoldenUpdate {
+  std::string arm;  // the baseline
+  std::string path;
+  const Trace* run = nullptr;
+  Fingerprint fingerprint;
+  std::string command_line;
+};
+
+// --update-golden, after every check ran: the baseline's golden check of `checks` becomes the
+// update. When any other check failed or errored it fails, "not updated: N other check(s)
+// failed" (a golden comes from a passing run); otherwise the run replaces the golden and the
+// check passes, saying what it replaced (a mismatch it papers over stays in the report). The
+// golden memory check, against the golden being replaced, is left as it is.
+void UpdateGolden(const GoldenUpdate& update, const GoldenStore& store,
+                  std::vector<CheckResult>& checks);
+
 }  // namespace bitparity
 
 #endif  // BITPARITY_HARNESS_GOLDEN_CHECK_H_

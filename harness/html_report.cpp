@@ -364,38 +364,24 @@ std::string OverlapSection(const RunReport& report) {
   return out;
 }
 
-const char* VerdictClass(Verdict v) {
-  switch (v) {
-    case Verdict::kPass:
-      return "pass";
-    case Verdict::kFail:
-      return "fail";
-    case Verdict::kSkipped:
-      return "skip";
-    case Verdict::kError:
-      return "error";
-  }
-  return "error";
-}
-
 std::string CheckTable(const std::vector<CheckResult>& checks) {
   std::ostringstream html;
   html << "<table class=\"checks\" id=\"check-table\"><tr><th>verdict</th><th>check</th>"
           "<th>summary</th></tr>\n";
   for (const CheckResult& c : checks) {
-    html << "<tr class=\"" << VerdictClass(c.verdict) << "\"><td class=\"verdict\">"
+    html << "<tr class=\"" << HtmlClass(c.verdict) << "\"><td class=\"verdict\">"
          << ToString(c.verdict) << "</td><td>" << Escape(c.name) << "</td><td>"
          << Escape(c.summary);
     std::string sentences;
-    if (c.figures.contains("first_divergent_operations")) {
-      for (const auto& s : c.figures["first_divergent_operations"]) {
-        if (s.is_string()) sentences += "<li>" + Escape(s.get<std::string>()) + "</li>";
+    if (c.first_divergent_operations) {
+      for (const std::string& s : *c.first_divergent_operations) {
+        sentences += "<li>" + Escape(s) + "</li>";
       }
     }
     if (!sentences.empty()) html << "<ul class=\"divergence\">" << sentences << "</ul>";
-    if (c.figures.contains("attribution") && c.figures["attribution"].contains("explanation")) {
-      html << "<p class=\"attribution\">attribution: "
-           << Escape(c.figures["attribution"]["explanation"].get<std::string>()) << "</p>";
+    if (c.attribution) {
+      html << "<p class=\"attribution\">attribution: " << Escape(c.attribution->Explain())
+           << "</p>";
     }
     if (!c.details.empty() && c.verdict != Verdict::kPass) {
       html << "<details><summary>details</summary><pre>" << Escape(c.details) << "</pre></details>";

@@ -18,7 +18,7 @@ void LocalizeFailures(std::vector<CheckResult>& checks,
     // Two runs compared without node probes: their reruns record them, and name the operation;
     // so does a run compared with a golden that holds probes.
     const bool golden_side = compared[i][0].arm.empty() || compared[i][1].arm.empty();
-    const bool needs_probes = !check.figures.contains("first_divergent_operations") &&
+    const bool needs_probes = !check.first_divergent_operations &&
                               (!golden_side || (golden != nullptr && HasProbes(*golden)));
     if (!needs_dumps && !needs_probes) continue;
     const std::string label = "check" + std::to_string(i + 1);
@@ -32,7 +32,7 @@ void LocalizeFailures(std::vector<CheckResult>& checks,
       // A run and its golden are one arm: compared in execution order, as two runs are.
       AddFirstDivergentOperations(*a, *b, !golden_side && compared[i][0].arm != compared[i][1].arm,
                                   &check);
-      check.figures["first_divergent_operations_from"] = "reruns with node probes";
+      check.first_divergent_operations_from = "reruns with node probes";
     }
     if (!needs_dumps) continue;
     std::string note;
@@ -61,7 +61,7 @@ void LocalizeFailures(std::vector<CheckResult>& checks,
     if (check.compared_records > 0) {
       details << check.differing_records << " of " << check.compared_records << " records differ\n";
     }
-    details << note << "\n" << FirstDivergenceLines(check.figures);
+    details << note << "\n" << FirstDivergenceLines(check.first_divergent_operations);
     check.details = details.str();
   }
 }

@@ -94,7 +94,7 @@ class MatrixRun {
       } catch (const InputError& e) {
         CheckResult skipped;
         skipped.kind = CheckKind::kCell;
-        skipped.name = "cell";
+        skipped.name = CheckName(CheckKind::kCell, "");
         skipped.verdict = Verdict::kSkipped;
         skipped.summary = std::string("cannot run: ") + e.what();
         cells_[i].checks.push_back(skipped);
@@ -125,7 +125,7 @@ class MatrixRun {
       outcome.exit_code = bad_input ? kExitBadInput : kExitInfrastructure;
       CheckResult error;
       error.kind = CheckKind::kCell;
-      error.name = "cell";
+      error.name = CheckName(CheckKind::kCell, "");
       error.verdict = Verdict::kError;
       error.summary = e.what();
       outcome.checks.push_back(error);

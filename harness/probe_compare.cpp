@@ -51,12 +51,11 @@ std::string ProbeDivergence::Describe() const {
          HexDigest(b->digest) + ")";
 }
 
-std::string FirstDivergenceLines(const nlohmann::json& figures) {
-  if (!figures.contains("first_divergent_operations")) return "";
-  const nlohmann::json& sentences = figures["first_divergent_operations"];
-  if (sentences.empty()) return std::string(kProbesAllEqual) + "\n";
+std::string FirstDivergenceLines(const std::optional<std::vector<std::string>>& sentences) {
+  if (!sentences) return "";
+  if (sentences->empty()) return std::string(kProbesAllEqual) + "\n";
   std::string lines;
-  for (const nlohmann::json& s : sentences) lines += s.get<std::string>() + "\n";
+  for (const std::string& s : *sentences) lines += s + "\n";
   return lines;
 }
 

@@ -46,9 +46,9 @@ inline constexpr char kProbesAllEqual[] =
     "node probes: every operation of every rank recorded equal outputs and input gradients; the "
     "difference arose outside them (gradient reduction, optimizer step, or a developer switch)";
 
-// The lines a check's details give for its "first_divergent_operations" figure (one sentence per
-// rank, or kProbesAllEqual for an empty list); "" without the figure.
-std::string FirstDivergenceLines(const nlohmann::json& figures);
+// The lines a check's details give for its first divergent operations (one sentence per rank,
+// or kProbesAllEqual for an empty list); "" when no probes were compared.
+std::string FirstDivergenceLines(const std::optional<std::vector<std::string>>& sentences);
 
 // Across two arms (`a` against the baseline `b`): records aligned by key (iteration, microbatch,
 // chunk, layer, node, slot) and phase, forward with forward and backward with backward (replays

@@ -28,9 +28,7 @@ int ExitCodeOf(const std::vector<CheckResult>& checks) {
   return errored ? kExitInfrastructure : failed ? kExitCheckFailed : kExitPass;
 }
 
-const char* ResultWord(int exit_code) {
-  return exit_code == kExitPass ? "PASS" : exit_code == kExitCheckFailed ? "FAIL" : "ERROR";
-}
+const char* ResultWord(int exit_code) { return ConsoleWord(VerdictOfExitCode(exit_code)); }
 
 ArmRunReport SummarizeRun(const Trace& trace, const std::string& trace_path, double seconds,
                           int64_t index) {
@@ -188,9 +186,7 @@ nlohmann::json JsonReport(const RunReport& report) {
   if (!report.developer_switches.empty()) j["developer_switches"] = report.developer_switches;
   j["seconds"] = report.seconds;
   j["exit_code"] = report.exit_code;
-  j["verdict"] = report.exit_code == kExitPass          ? "pass"
-                 : report.exit_code == kExitCheckFailed ? "fail"
-                                                        : "error";
+  j["verdict"] = ToString(VerdictOfExitCode(report.exit_code));
   j["arms"] = nlohmann::json::object();
   for (const ArmReport& arm : report.arms) {
     nlohmann::json a;
@@ -221,7 +217,7 @@ nlohmann::json JsonReport(const RunReport& report) {
     nlohmann::json check = {{"kind", ToString(c.kind)}, {"arm", c.arm},
                             {"name", c.name},           {"verdict", ToString(c.verdict)},
                             {"summary", c.summary},     {"details", c.details},
-                            {"figures", c.figures}};
+                            {"figures", c.AllFigures()}};
     if (c.difference) check["first_difference"] = DifferenceJson(*c.difference);
     j["checks"].push_back(check);
   }
@@ -293,10 +289,10 @@ void AppendTestcase(pugi::xml_node suite_node, const RunReport& suite, const Che
   // The first divergent operations where a CI page shows them without opening the failure's
   // text: the testcase's system-out (JUnit's testcase has no properties), one line each.
   std::string operations;
-  if (c.figures.contains("first_divergent_operations")) {
-    const nlohmann::json& sentences = c.figures["first_divergent_operations"];
-    for (const nlohmann::json& sentence : sentences) {
-      operations += "first_divergent_operation: " + sentence.get<std::string>() + "\n";
+  if (c.first_divergent_operations) {
+    const std::vector<std::string>& sentences = *c.first_divergent_operations;
+    for (const std::string& sentence : sentences) {
+      operations += "first_divergent_operation: " + sentence + "\n";
     }
     if (sentences.empty()) {
       operations += std::string("first_divergent_operation: ") + kProbesAllEqual + "\n";
@@ -389,11 +385,7 @@ std::string FormatChecks(const std::vector<CheckResult>& checks) {
   std::ostringstream out;
   char line[64];
   for (const CheckResult& c : checks) {
-    const char* verdict = c.verdict == Verdict::kPass      ? "PASS"
-                          : c.verdict == Verdict::kFail    ? "FAIL"
-                          : c.verdict == Verdict::kSkipped ? "SKIP"
-                                                           : "ERROR";
-    std::snprintf(line, sizeof(line), "  %-5s  ", verdict);
+    std::snprintf(line, sizeof(line), "  %-5s  ", ConsoleWord(c.verdict));
     out << line << c.name << std::string(width - c.name.size(), ' ') << "  " << c.summary << "\n";
   }
   return out.str();

@@ -141,8 +141,8 @@ TEST(NodeProbes, ARunThatDiffersNamesEachRanksFirstDivergentOperation) {
   b.ranks[0].iterations[0].grad_digests[0] ^= 1;  // and the gradient it feeds
   CheckResult check = CheckReproduces("overlap", {&a, &b});
   EXPECT_EQ(check.verdict, Verdict::kFail);
-  ASSERT_TRUE(check.figures.contains("first_divergent_operations")) << check.figures.dump();
-  EXPECT_EQ(check.figures["first_divergent_operations"][0].get<std::string>().substr(0, 112),
+  ASSERT_TRUE(check.first_divergent_operations.has_value()) << check.AllFigures().dump();
+  EXPECT_EQ((*check.first_divergent_operations)[0].substr(0, 112),
             "rank 0: first divergent operation: iteration 1, microbatch 0, chunk 0, decoder 1, "
             "mlp backward, input gradient 0");
   EXPECT_NE(check.details.find("mlp backward, input gradient 0"), std::string::npos)
@@ -176,7 +176,8 @@ TEST(NodeProbes, AcrossArmsRecordsAlignByKeyWhateverTheOrder) {
   CheckResult check;
   check.verdict = Verdict::kFail;
   AddFirstDivergentOperations(overlap, reference, /*across_arms=*/true, &check);
-  EXPECT_EQ(check.figures["first_divergent_operations"].size(), 1u);
+  ASSERT_TRUE(check.first_divergent_operations.has_value());
+  EXPECT_EQ(check.first_divergent_operations->size(), 1u);
   EXPECT_EQ(check.details.rfind("rank 0: first divergent operation", 0), 0u) << check.details;
 }
 

@@ -1,0 +1,238 @@
+#include "harness/arm_runs.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <ostream>
+
+#include "core/errors.h"
+#include "core/rank_protocol.h"
+#include "core/trace_keys.h"
+
+namespace bitparity {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+Perturbation ParsePerturbation(const std::string& text, const std::vector<std::string>& arms,
+                               int64_t repeats) {
+  const size_t a = text.find(':');
+  const size_t b = a == std::string::npos ? a : text.find(':', a + 1);
+  if (b == std::string::npos) {
+    throw InputError("--perturb '" + text + "': expected ARM:RUN:SPEC (RUN a number or 'all')");
+  }
+  Perturbation p;
+  p.arm = text.substr(0, a);
+  const std::string run = text.substr(a + 1, b - a - 1);
+  p.spec = text.substr(b + 1);
+  if (std::find(arms.begin(), arms.end(), p.arm) == arms.end()) {
+    throw InputError("--perturb '" + text + "': no arm '" + p.arm + "' in this run");
+  }
+  if (run == "all") return p;
+  try {
+    p.run = std::stoll(run);
+  } catch (const std::exception&) {
+    p.run = -1;
+  }
+  if (p.run < 1 || p.run > repeats) {
+    throw InputError("--perturb '" + text + "': RUN must be 1.." + std::to_string(repeats) +
+                     " or 'all'");
+  }
+  return p;
+}
+
+}  // namespace
+
+std::vector<Perturbation> ParsePerturbations(const std::vector<std::string>& texts,
+                                             const std::vector<std::string>& arms,
+                                             int64_t repeats) {
+  std::vector<Perturbation> out;
+  for (const std::string& text : texts) out.push_back(ParsePerturbation(text, arms, repeats));
+  return out;
+}
+
+ArmRuns::ArmRuns(const Recipe& recipe, const RunOptions& options, std::string out_dir,
+                 std::vector<Perturbation> perturbations, bool probes, std::ostream& console)
+    : recipe_(recipe),
+      options_(options),
+      out_dir_(std::move(out_dir)),
+      perturbations_(std::move(perturbations)),
+      probes_(probes),
+      console_(console),
+      localize_budget_(options.localize_runs) {}
+
+const Trace& ArmRuns::TraceOf(const std::string& arm, int64_t index) const {
+  return *runs_.at(arm).at(static_cast<size_t>(index - 1)).trace;
+}
+
+std::vector<const Trace*> ArmRuns::TracesOf(const std::string& arm) const {
+  std::vector<const Trace*> traces;
+  for (const ArmRun& r : runs_.at(arm)) traces.push_back(&*r.trace);
+  return traces;
+}
+
+Environment ArmRuns::EnvironmentFor(const std::string& arm, int64_t index) const {
+  Environment env;
+  for (const Perturbation& p : perturbations_) {
+    if (p.arm == arm && (p.run == 0 || p.run == index))
+      env.push_back({"BITPARITY_PERTURB", p.spec});
+  }
+  return env;
+}
+
+LaunchOptions ArmRuns::Launch(const std::string& arm, const std::string& trace,
+                              const Environment& env) const {
+  LaunchOptions launch;
+  launch.executable = SelfExecutable();
+  launch.worker.recipe_path = recipe_.path;
+  launch.recipe_text = recipe_.text;
+  launch.worker.arm = arm;
+  launch.trace_path = trace;
+  launch.log_dir = (fs::path(trace).parent_path() / "logs").string();
+  launch.world_size = recipe_.world_size();
+  launch.timeout_seconds = recipe_.parallel.timeout_seconds;
+  launch.environment = env;
+  launch.worker.memory_timeline = options_.memory_timeline;
+  launch.worker.probes = probes_;
+  launch.trace_attributes[trace_keys::kCommandLine] = options_.command_line;
+  return launch;
+}
+
+std::optional<RunsStopped> ArmRuns::RunAll(const std::vector<std::string>& arms) {
+  iterations_total_ =
+      static_cast<int64_t>(arms.size()) * options_.repeats * recipe_.train.iterations;
+  iterations_done_ = 0;
+  start_ = Clock::now();
+  for (const std::string& arm : arms) {
+    for (int64_t k = 1; k <= options_.repeats; ++k) {
+      if (InterruptSignal() != 0) {  // between two runs
+        RunsStopped stopped;
+        stopped.signal = InterruptSignal();
+        stopped.reason = "interrupted by " + SignalName(stopped.signal);
+        return stopped;
+      }
+      if (std::optional<RunsStopped> stopped = RunOne(arm, k)) return stopped;
+    }
+  }
+  return std::nullopt;
+}
+
+void ArmRuns::PrintProgress(const std::string& arm, int64_t index, const ProgressEvent& event) {
+  ++iterations_done_;
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  const double eta = elapsed / static_cast<double>(iterations_done_) *
+                     static_cast<double>(iterations_total_ - iterations_done_);
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "  %-12s run %lld/%lld  iteration %lld/%lld  loss %.6f  elapsed %.1f s"
+                "  remaining ~%.0f s",
+                arm.c_str(), static_cast<long long>(index),
+                static_cast<long long>(options_.repeats), static_cast<long long>(event.iteration),
+                static_cast<long long>(event.iterations), event.loss, elapsed, eta);
+  // On a terminal the run's line is rewritten in place ("\r", then clear to its end).
+  console_ << (options_.terminal ? "\r" : "") << line << (options_.terminal ? "\x1b[K" : "\n")
+           << std::flush;
+}
+
+std::optional<RunsStopped> ArmRuns::RunOne(const std::string& arm, int64_t index) {
+  ArmRun run;
+  run.arm = arm;
+  run.index = index;
+  const fs::path dir = fs::path(out_dir_) / arm / ("run" + std::to_string(index));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    throw InfrastructureError(dir.string() +
+                              ": cannot create the run's output directory: " + ec.message());
+  }
+  run.trace_path = (dir / "trace.h5").string();
+  run.environment = EnvironmentFor(arm, index);
+  LaunchOptions launch = Launch(arm, run.trace_path, run.environment);
+  if (!options_.quiet) {
+    launch.on_progress = [this, arm, index](const ProgressEvent& e) {
+      PrintProgress(arm, index, e);
+    };
+  }
+  LaunchResult result = LaunchArm(launch);
+  if (options_.terminal && !options_.quiet) console_ << "\n" << std::flush;  // keep its line
+  run.seconds = result.seconds;
+  if (result.exit_code == kExitBadInput) throw InputError(result.failure);
+  if (result.exit_code != kExitPass) {
+    RunsStopped stopped;
+    stopped.signal = result.exit_code > 128 ? result.exit_code - 128 : 0;
+    stopped.reason = result.failure;
+    CheckResult error;
+    error.kind = CheckKind::kRun;
+    error.arm = arm;
+    error.name = CheckName(CheckKind::kRun, arm, std::to_string(index));
+    error.verdict = Verdict::kError;
+    error.summary = FirstLine(result.failure);
+    error.details =
+        result.failure.substr(std::min(result.failure.size(), error.summary.size() + 1));
+    error.figures["failed_rank"] = result.failed_rank;
+    stopped.failed_run = std::move(error);
+    return stopped;
+  }
+  run.trace = std::move(result.trace);
+  // A run ends with all its iterations counted, whatever rank 0 printed.
+  const int64_t iterations = recipe_.train.iterations;
+  iterations_done_ = (iterations_done_ + iterations - 1) / iterations * iterations;
+  runs_[arm].push_back(std::move(run));
+  return std::nullopt;
+}
+
+std::optional<Trace> ArmRuns::Rerun(const ComparedRun& ref, int64_t iteration,
+                                    const std::string& label) {
+  // Checks that compared the same runs (loss, gradients, parameters of one arm pair) share the
+  // reruns.
+  const std::string key = ref.arm + "/" + std::to_string(ref.run) + "@" + std::to_string(iteration);
+  if (auto cached = reruns_.find(key); cached != reruns_.end()) return cached->second;
+  if (localize_budget_ <= 0) return std::nullopt;
+  --localize_budget_;
+  const fs::path dir = fs::path(out_dir_) / "localize" / label;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return std::nullopt;  // localizing is a help; the check's verdict stands without it
+  const std::string trace = (dir / "trace.h5").string();
+  LaunchOptions launch =
+      Launch(ref.arm, trace, runs_.at(ref.arm).at(static_cast<size_t>(ref.run - 1)).environment);
+  launch.worker.dump_at = {iteration};
+  launch.worker.stop_after = iteration;
+  launch.worker.probes = true;
+  if (!options_.quiet) {
+    console_ << "  localizing: rerunning " << ref.arm << " run " << ref.run
+             << " with full gradient dumps at iteration " << iteration << " and node probes\n";
+  }
+  LaunchResult result = LaunchArm(launch);
+  if (result.exit_code != kExitPass) return std::nullopt;
+  reruns_[key] = std::move(result.trace);
+  return reruns_[key];
+}
+
+std::optional<CheckResult> ArmRuns::RerunPair(const std::string& arm, int64_t window,
+                                              const std::string& label, int64_t threads,
+                                              bool deterministic_algorithms) {
+  std::vector<Trace> traces;
+  for (int64_t k = 1; k <= 2; ++k) {
+    const fs::path dir =
+        fs::path(out_dir_) / "attribute" / arm / label / ("run" + std::to_string(k));
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return std::nullopt;
+    LaunchOptions launch =
+        Launch(arm, (dir / "trace.h5").string(), runs_.at(arm).front().environment);
+    launch.worker.stop_after = window;
+    launch.worker.probes = true;
+    launch.worker.threads = threads;
+    launch.worker.deterministic_algorithms = deterministic_algorithms;
+    LaunchResult result = LaunchArm(launch);
+    if (result.exit_code != kExitPass) return std::nullopt;
+    traces.push_back(std::move(result.trace));
+  }
+  return CheckReproduces(arm, {&traces[0], &traces[1]});
+}
+
+}  // namespace bitparity

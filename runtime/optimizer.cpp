@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "model/correctly_rounded.h"
+
 namespace bitparity {
 
 AdamOptimizer::AdamOptimizer(const TrainConfig& config, ParameterStore* params)
@@ -38,7 +40,10 @@ void AdamOptimizer::Step(int64_t iteration, double lr) {
     const at::Tensor& grad = all[i].main_grad;
     exp_avg_[i].mul_(b1).add_(grad, 1.0 - b1);
     exp_avg_sq_[i].mul_(b2).addcmul_(grad, grad, 1.0 - b2);
-    at::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias2)).add_(config_.adam_eps);
+    // The square root correctly rounded: ATen's goes through MKL's vector math, whose bits
+    // differ between hosts (model/correctly_rounded.h).
+    at::Tensor denom =
+        (CorrectlyRoundedSqrt(exp_avg_sq_[i]) / std::sqrt(bias2)).add_(config_.adam_eps);
     if (config_.weight_decay > 0) master.mul_(1.0 - lr * config_.weight_decay);
     master.addcdiv_(exp_avg_[i], denom, -lr / bias1);
   }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <type_traits>
@@ -303,91 +304,93 @@ class Reader {
     rank.iterations = std::move(records);
   }
 
-  void ReadMemoryTimeline(hid_t g, RankTrace* out) const {
-    RankTrace& rank = *out;
-    if (H5Lexists(g, "memory_timeline", H5P_DEFAULT) <= 0) return;
-    Hid timeline = OpenGroup(g, "memory_timeline");
-    const hid_t tg = timeline.get();
-    Hid set = OpenDataset(tg, "iteration");
-    std::vector<hsize_t> tdims = Dims(set.get(), "memory_timeline/iteration");
+  // A table group (one row per element of each column dataset): its handle, its name and its
+  // row count, read from `key_column`, which must be one-dimensional.
+  struct Table {
+    Hid group;
+    std::string name;
+    std::vector<hsize_t> dims;
+    hid_t get() const { return group.get(); }
+  };
+
+  // nullopt when `g` holds no group `name` (every table is an optional section).
+  std::optional<Table> OpenTable(hid_t g, const std::string& name,
+                                 const std::string& key_column) const {
+    if (H5Lexists(g, name.c_str(), H5P_DEFAULT) <= 0) return std::nullopt;
+    Table table{OpenGroup(g, name), name, {}};
+    Hid set = OpenDataset(table.get(), key_column);
+    table.dims = Dims(set.get(), name + "/" + key_column);
     set.Reset();
-    if (tdims.size() != 1) Fail("memory_timeline/iteration must be one-dimensional");
-    auto it = Read<int64_t>(tg, "iteration", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
-    auto t = Read<int64_t>(tg, "time_ns", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
-    auto current = Read<int64_t>(tg, "current_bytes", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
-    auto peak_bytes = Read<int64_t>(tg, "peak_bytes", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
-    std::vector<std::string> labels = ReadStrings(tg, "label");
-    if (labels.size() != it.size()) Fail("memory_timeline/label has the wrong length");
+    if (table.dims.size() != 1) Fail(name + "/" + key_column + " must be one-dimensional");
+    return table;
+  }
+
+  std::vector<int64_t> Int64Column(const Table& table, const std::string& column) const {
+    return Read<int64_t>(table.get(), column, H5T_NATIVE_INT64, H5T_INTEGER, table.dims);
+  }
+
+  std::vector<std::string> StringColumn(const Table& table, const std::string& column) const {
+    std::vector<std::string> values = ReadStrings(table.get(), column);
+    if (values.size() != table.dims[0]) Fail(table.name + "/" + column + " has the wrong length");
+    return values;
+  }
+
+  void ReadMemoryTimeline(hid_t g, RankTrace* out) const {
+    const std::optional<Table> table = OpenTable(g, "memory_timeline", "iteration");
+    if (!table) return;
+    auto it = Int64Column(*table, "iteration");
+    auto t = Int64Column(*table, "time_ns");
+    auto current = Int64Column(*table, "current_bytes");
+    auto peak_bytes = Int64Column(*table, "peak_bytes");
+    std::vector<std::string> labels = StringColumn(*table, "label");
     for (size_t i = 0; i < it.size(); ++i) {
-      rank.memory_timeline.push_back({it[i], t[i], current[i], peak_bytes[i], labels[i]});
+      out->memory_timeline.push_back({it[i], t[i], current[i], peak_bytes[i], labels[i]});
     }
   }
 
   void ReadScheduleTimeline(hid_t g, RankTrace* out) const {
-    RankTrace& rank = *out;
-    if (H5Lexists(g, "schedule_timeline", H5P_DEFAULT) <= 0) return;
-    Hid timeline = OpenGroup(g, "schedule_timeline");
-    const hid_t tg = timeline.get();
-    Hid set = OpenDataset(tg, "begin_ns");
-    std::vector<hsize_t> tdims = Dims(set.get(), "schedule_timeline/begin_ns");
-    set.Reset();
-    if (tdims.size() != 1) Fail("schedule_timeline/begin_ns must be one-dimensional");
-    auto microbatch = Read<int64_t>(tg, "microbatch", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
-    auto comm = Read<int64_t>(tg, "comm", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
-    auto begin = Read<int64_t>(tg, "begin_ns", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
-    auto end = Read<int64_t>(tg, "end_ns", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
-    std::vector<std::string> node = ReadStrings(tg, "node");
-    if (node.size() != begin.size()) Fail("schedule_timeline/node has the wrong length");
+    const std::optional<Table> table = OpenTable(g, "schedule_timeline", "begin_ns");
+    if (!table) return;
+    auto microbatch = Int64Column(*table, "microbatch");
+    auto comm = Int64Column(*table, "comm");
+    auto begin = Int64Column(*table, "begin_ns");
+    auto end = Int64Column(*table, "end_ns");
+    std::vector<std::string> node = StringColumn(*table, "node");
     // Phases and waits: absent from traces written before they were recorded.
     std::vector<std::string> phase(begin.size());
     std::vector<int64_t> wait(begin.size(), 0);
-    if (H5Lexists(tg, "phase", H5P_DEFAULT) > 0) {
-      phase = ReadStrings(tg, "phase");
-      if (phase.size() != begin.size()) Fail("schedule_timeline/phase has the wrong length");
-      wait = Read<int64_t>(tg, "wait_ns", H5T_NATIVE_INT64, H5T_INTEGER, tdims);
+    if (H5Lexists(table->get(), "phase", H5P_DEFAULT) > 0) {
+      phase = StringColumn(*table, "phase");
+      wait = Int64Column(*table, "wait_ns");
     }
     for (size_t i = 0; i < begin.size(); ++i) {
-      rank.schedule_timeline.push_back(
+      out->schedule_timeline.push_back(
           {node[i], microbatch[i], comm[i], begin[i], end[i], phase[i], wait[i]});
     }
   }
 
   void ReadReplayCensus(hid_t g, RankTrace* out) const {
-    RankTrace& rank = *out;
-    if (H5Lexists(g, "replay_census", H5P_DEFAULT) <= 0) return;
-    Hid census = OpenGroup(g, "replay_census");
-    const hid_t cg = census.get();
-    Hid set = OpenDataset(cg, "iteration");
-    std::vector<hsize_t> cdims = Dims(set.get(), "replay_census/iteration");
-    set.Reset();
-    if (cdims.size() != 1) Fail("replay_census/iteration must be one-dimensional");
-    rank.replay_census.resize(cdims[0]);
+    const std::optional<Table> table = OpenTable(g, "replay_census", "iteration");
+    if (!table) return;
+    out->replay_census.resize(table->dims[0]);
     for (const auto& [name, member] : kCensusColumns) {
-      auto values = Read<int64_t>(cg, name, H5T_NATIVE_INT64, H5T_INTEGER, cdims);
-      for (size_t i = 0; i < values.size(); ++i) rank.replay_census[i].*member = values[i];
+      auto values = Int64Column(*table, name);
+      for (size_t i = 0; i < values.size(); ++i) out->replay_census[i].*member = values[i];
     }
   }
 
   void ReadProbes(hid_t g, RankTrace* out) const {
-    RankTrace& rank = *out;
-    if (H5Lexists(g, "probes", H5P_DEFAULT) <= 0) return;
-    Hid probes = OpenGroup(g, "probes");
-    const hid_t pg = probes.get();
-    Hid set = OpenDataset(pg, "iteration");
-    std::vector<hsize_t> pdims = Dims(set.get(), "probes/iteration");
-    set.Reset();
-    if (pdims.size() != 1) Fail("probes/iteration must be one-dimensional");
-    auto iteration = Read<int64_t>(pg, "iteration", H5T_NATIVE_INT64, H5T_INTEGER, pdims);
-    auto microbatch = Read<int64_t>(pg, "microbatch", H5T_NATIVE_INT64, H5T_INTEGER, pdims);
-    auto chunk = Read<int64_t>(pg, "chunk", H5T_NATIVE_INT64, H5T_INTEGER, pdims);
-    auto slot = Read<int64_t>(pg, "slot", H5T_NATIVE_INT64, H5T_INTEGER, pdims);
-    auto digest = Read<uint64_t>(pg, "digest", H5T_NATIVE_UINT64, H5T_INTEGER, pdims, H5T_SGN_NONE);
+    const std::optional<Table> table = OpenTable(g, "probes", "iteration");
+    if (!table) return;
+    auto iteration = Int64Column(*table, "iteration");
+    auto microbatch = Int64Column(*table, "microbatch");
+    auto chunk = Int64Column(*table, "chunk");
+    auto slot = Int64Column(*table, "slot");
+    auto digest = Read<uint64_t>(table->get(), "digest", H5T_NATIVE_UINT64, H5T_INTEGER,
+                                 table->dims, H5T_SGN_NONE);
     std::vector<std::vector<std::string>> text;
     for (const char* column : {"layer", "node", "phase", "dtype", "shape"}) {
-      text.push_back(ReadStrings(pg, column));
-      if (text.back().size() != iteration.size()) {
-        Fail(std::string("probes/") + column + " has the wrong length");
-      }
+      text.push_back(StringColumn(*table, column));
     }
     for (size_t i = 0; i < iteration.size(); ++i) {
       ProbeRecord p;
@@ -401,7 +404,7 @@ class Reader {
       p.phase = text[2][i];
       p.dtype = text[3][i];
       p.shape = ParseShape(text[4][i], "probes/shape #" + std::to_string(i));
-      rank.probes.push_back(std::move(p));
+      out->probes.push_back(std::move(p));
     }
   }
 

@@ -162,100 +162,79 @@ class Writer {
     Dataset(g, "param_digest", {n, params}, H5T_STD_U64LE, H5T_NATIVE_UINT64, param_digest.data());
   }
 
+  // One column of a table group: `member` of every row.
+  template <typename Row>
+  void Column(hid_t g, const char* name, const std::vector<Row>& rows, int64_t Row::*member) const {
+    std::vector<int64_t> values;
+    for (const Row& row : rows) values.push_back(row.*member);
+    Dataset(g, name, {rows.size()}, H5T_STD_I64LE, H5T_NATIVE_INT64, values.data());
+  }
+  template <typename Row>
+  void Column(hid_t g, const char* name, const std::vector<Row>& rows,
+              uint64_t Row::*member) const {
+    std::vector<uint64_t> values;
+    for (const Row& row : rows) values.push_back(row.*member);
+    Dataset(g, name, {rows.size()}, H5T_STD_U64LE, H5T_NATIVE_UINT64, values.data());
+  }
+  template <typename Row>
+  void Column(hid_t g, const char* name, const std::vector<Row>& rows,
+              std::string Row::*member) const {
+    std::vector<std::string> values;
+    for (const Row& row : rows) values.push_back(row.*member);
+    StringDataset(g, name, values);
+  }
+
   void WriteMemoryTimeline(hid_t g, const RankTrace& rank) const {
-    if (!rank.memory_timeline.empty()) {
-      Hid timeline = Group(g, "memory_timeline");
-      const size_t m = rank.memory_timeline.size();
-      std::vector<int64_t> it(m), t(m), current(m), peak_bytes(m);
-      std::vector<std::string> labels(m);
-      for (size_t i = 0; i < m; ++i) {
-        const MemorySample& sample = rank.memory_timeline[i];
-        it[i] = sample.iteration;
-        t[i] = sample.time_ns;
-        current[i] = sample.current_bytes;
-        peak_bytes[i] = sample.peak_bytes;
-        labels[i] = sample.label;
-      }
-      const hid_t tg = timeline.get();
-      Dataset(tg, "iteration", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, it.data());
-      Dataset(tg, "time_ns", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, t.data());
-      Dataset(tg, "current_bytes", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, current.data());
-      Dataset(tg, "peak_bytes", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, peak_bytes.data());
-      StringDataset(tg, "label", labels);
-    }
+    const std::vector<MemorySample>& rows = rank.memory_timeline;
+    if (rows.empty()) return;
+    Hid timeline = Group(g, "memory_timeline");
+    const hid_t tg = timeline.get();
+    Column(tg, "iteration", rows, &MemorySample::iteration);
+    Column(tg, "time_ns", rows, &MemorySample::time_ns);
+    Column(tg, "current_bytes", rows, &MemorySample::current_bytes);
+    Column(tg, "peak_bytes", rows, &MemorySample::peak_bytes);
+    Column(tg, "label", rows, &MemorySample::label);
   }
 
   void WriteScheduleTimeline(hid_t g, const RankTrace& rank) const {
-    if (!rank.schedule_timeline.empty()) {
-      Hid timeline = Group(g, "schedule_timeline");
-      const size_t m = rank.schedule_timeline.size();
-      std::vector<int64_t> microbatch(m), comm(m), begin(m), end(m), wait(m);
-      std::vector<std::string> node(m), phase(m);
-      for (size_t i = 0; i < m; ++i) {
-        const ScheduleInterval& e = rank.schedule_timeline[i];
-        node[i] = e.node;
-        phase[i] = e.phase;
-        wait[i] = e.wait_ns;
-        microbatch[i] = e.microbatch;
-        comm[i] = e.comm;
-        begin[i] = e.begin_ns;
-        end[i] = e.end_ns;
-      }
-      const hid_t tg = timeline.get();
-      Dataset(tg, "microbatch", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, microbatch.data());
-      Dataset(tg, "comm", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, comm.data());
-      Dataset(tg, "begin_ns", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, begin.data());
-      Dataset(tg, "end_ns", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, end.data());
-      Dataset(tg, "wait_ns", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, wait.data());
-      StringDataset(tg, "node", node);
-      StringDataset(tg, "phase", phase);
-    }
+    const std::vector<ScheduleInterval>& rows = rank.schedule_timeline;
+    if (rows.empty()) return;
+    Hid timeline = Group(g, "schedule_timeline");
+    const hid_t tg = timeline.get();
+    Column(tg, "microbatch", rows, &ScheduleInterval::microbatch);
+    Column(tg, "comm", rows, &ScheduleInterval::comm);
+    Column(tg, "begin_ns", rows, &ScheduleInterval::begin_ns);
+    Column(tg, "end_ns", rows, &ScheduleInterval::end_ns);
+    Column(tg, "wait_ns", rows, &ScheduleInterval::wait_ns);
+    Column(tg, "node", rows, &ScheduleInterval::node);
+    Column(tg, "phase", rows, &ScheduleInterval::phase);
   }
 
   void WriteReplayCensus(hid_t g, const RankTrace& rank) const {
-    if (!rank.replay_census.empty()) {
-      Hid census = Group(g, "replay_census");
-      const size_t m = rank.replay_census.size();
-      for (const auto& [name, member] : kCensusColumns) {
-        std::vector<int64_t> values(m);
-        for (size_t i = 0; i < m; ++i) values[i] = rank.replay_census[i].*member;
-        Dataset(census.get(), name, {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, values.data());
-      }
+    if (rank.replay_census.empty()) return;
+    Hid census = Group(g, "replay_census");
+    for (const auto& [name, member] : kCensusColumns) {
+      Column(census.get(), name, rank.replay_census, member);
     }
   }
 
   void WriteProbes(hid_t g, const RankTrace& rank) const {
-    if (!rank.probes.empty()) {
-      Hid probes = Group(g, "probes");
-      const size_t m = rank.probes.size();
-      std::vector<int64_t> iteration(m), microbatch(m), chunk(m), slot(m);
-      std::vector<uint64_t> digest(m);
-      std::vector<std::string> layer(m), node(m), phase(m), dtype(m), shape(m);
-      for (size_t i = 0; i < m; ++i) {
-        const ProbeRecord& p = rank.probes[i];
-        iteration[i] = p.iteration;
-        microbatch[i] = p.microbatch;
-        chunk[i] = p.chunk;
-        slot[i] = p.slot;
-        digest[i] = p.digest;
-        layer[i] = p.layer;
-        node[i] = p.node;
-        phase[i] = p.phase;
-        dtype[i] = p.dtype;
-        shape[i] = JoinShape(p.shape);
-      }
-      const hid_t pg = probes.get();
-      Dataset(pg, "iteration", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, iteration.data());
-      Dataset(pg, "microbatch", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, microbatch.data());
-      Dataset(pg, "chunk", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, chunk.data());
-      Dataset(pg, "slot", {m}, H5T_STD_I64LE, H5T_NATIVE_INT64, slot.data());
-      Dataset(pg, "digest", {m}, H5T_STD_U64LE, H5T_NATIVE_UINT64, digest.data());
-      StringDataset(pg, "layer", layer);
-      StringDataset(pg, "node", node);
-      StringDataset(pg, "phase", phase);
-      StringDataset(pg, "dtype", dtype);
-      StringDataset(pg, "shape", shape);
-    }
+    const std::vector<ProbeRecord>& rows = rank.probes;
+    if (rows.empty()) return;
+    Hid probes = Group(g, "probes");
+    const hid_t pg = probes.get();
+    Column(pg, "iteration", rows, &ProbeRecord::iteration);
+    Column(pg, "microbatch", rows, &ProbeRecord::microbatch);
+    Column(pg, "chunk", rows, &ProbeRecord::chunk);
+    Column(pg, "slot", rows, &ProbeRecord::slot);
+    Column(pg, "digest", rows, &ProbeRecord::digest);
+    Column(pg, "layer", rows, &ProbeRecord::layer);
+    Column(pg, "node", rows, &ProbeRecord::node);
+    Column(pg, "phase", rows, &ProbeRecord::phase);
+    Column(pg, "dtype", rows, &ProbeRecord::dtype);
+    std::vector<std::string> shapes;
+    for (const ProbeRecord& p : rows) shapes.push_back(JoinShape(p.shape));
+    StringDataset(pg, "shape", shapes);
   }
 
   void WriteGradDumps(hid_t g, const RankTrace& rank) const {

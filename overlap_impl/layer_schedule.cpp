@@ -448,37 +448,29 @@ void LayerSchedule::RunWgrads(ops::DelayedWgrads& wgrads, NodeKind node) {
   Record(node, Phase::kWgrad, begin);
 }
 
-void LayerSchedule::Release() {
+void LayerSchedule::ReleaseLayerState() {
   attn_.Release();
   dispatch_.Release();
   mlp_.Release();
   combine_comm_.Release();
   combine_.Release();
   mhc_post_.Release();
-  mtp_post_.Release();
   routing_.reset();
   residual_ = at::Tensor();
   mlp_mhc_ = MhcMapping();
   combine_pending_ = false;
   mhc_post_pending_ = false;
+}
+
+void LayerSchedule::Release() {
+  ReleaseLayerState();
+  mtp_post_.Release();
   mlp_input_grads_.clear();
   output_ = at::Tensor();
 }
 
 void LayerSchedule::ReleaseRecomputed() {
-  if (attn_.forward_no_grad()) {
-    attn_.Release();
-    dispatch_.Release();
-    mlp_.Release();
-    combine_comm_.Release();
-    combine_.Release();
-    mhc_post_.Release();
-    routing_.reset();
-    residual_ = at::Tensor();
-    mlp_mhc_ = MhcMapping();
-    combine_pending_ = false;
-    mhc_post_pending_ = false;
-  }
+  if (attn_.forward_no_grad()) ReleaseLayerState();
   if (mtp_post_.forward_no_grad()) mtp_post_.Release();
 }
 

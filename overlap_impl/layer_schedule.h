@@ -86,6 +86,10 @@ class LayerSchedule {
   int64_t index() const { return layer_; }
 
  private:
+  // Drops what the layer's nodes hold from its attn node to its mhc_post node, and the routing
+  // and residual state between them (not the MTP post-process, the kept input gradients or the
+  // output).
+  void ReleaseLayerState();
   // The node operations Run dispatches to; `phase` is kForward or kReplay for forwards.
   void AttnForward(const at::Tensor& input, Phase phase);
   void DispatchForward();

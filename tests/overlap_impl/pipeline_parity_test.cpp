@@ -112,9 +112,13 @@ TEST(PipelineOverlapParity, OneUlpOnOneRankOfTheLastStageIsNamed) {
   EXPECT_EQ(testing::DifferingGrads(reference, perturbed, 1, 3), std::vector<std::string>{});
   EXPECT_EQ(testing::DifferingGrads(reference, perturbed, 2, 3),
             std::vector<std::string>{"layers.3.attention.qkv"});
-  EXPECT_NE(testing::FirstDifference(reference, perturbed).find("iteration 2, rank 3"),
-            std::string::npos)
-      << testing::FirstDifference(reference, perturbed);
+  // The first difference is at iteration 2: on rank 3's gradient, or on the global gradient
+  // norm of an earlier rank when the one ulp reaches the norm's bits.
+  const std::string first = testing::FirstDifference(reference, perturbed);
+  EXPECT_TRUE(
+      first.rfind("iteration 2, rank 3: main grad of layers.3.attention.qkv", 0) == 0 ||
+      (first.rfind("iteration 2, rank ", 0) == 0 && first.find(": grad_norm") != std::string::npos))
+      << first;
 }
 
 // The seed's bug in a pipeline: with the MTP post-process left outside the recompute scope the

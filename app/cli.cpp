@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "app/subcommands.h"
+#include "comm/rank_protocol.h"
 #include "core/errors.h"
-#include "core/rank_protocol.h"
 #include "runtime/worker.h"
 
 namespace bitparity {
@@ -37,7 +37,7 @@ std::optional<int> Parse(CLI::App& app, int argc, char** argv) {
   return std::nullopt;
 }
 
-// `bitparity worker ...`: one rank process (core/rank_protocol.h spells its flags).
+// `bitparity worker ...`: one rank process (comm/rank_protocol.h spells its flags).
 int RunWorkerCommand(int argc, char** argv) {
   CLI::App app{"bitparity rank process: trains one arm on this rank and writes its trace part"};
   WorkerRequest request;

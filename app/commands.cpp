@@ -9,26 +9,26 @@
 #include <set>
 #include <sstream>
 
-#include "core/cpu_isa.h"
+#include "comm/rank_protocol.h"
+#include "config/recipe.h"
+#include "config/recipe_schema.h"
+#include "config/recompute_plan.h"
 #include "core/cuda_support.h"
-#include "core/determinism.h"
 #include "core/errors.h"
-#include "core/pipeline_schedule.h"
-#include "core/provenance.h"
-#include "core/rank_protocol.h"
-#include "core/recipe.h"
-#include "core/recipe_schema.h"
-#include "core/recompute_plan.h"
-#include "core/trace.h"
-#include "core/trace_keys.h"
 #include "harness/launcher.h"
 #include "harness/matrix_command.h"
 #include "harness/resources.h"
 #include "harness/run_command.h"
 #include "harness/trace_compare.h"
 #include "harness/trace_explain.h"
+#include "numerics/cpu_isa.h"
+#include "numerics/determinism.h"
+#include "numerics/provenance.h"
 #include "runtime/plan_command.h"
 #include "runtime/worker.h"
+#include "schedule/pipeline_schedule.h"
+#include "trace/trace.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 namespace {

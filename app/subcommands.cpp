@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "config/recipe_schema.h"
 #include "core/errors.h"
-#include "core/recipe_schema.h"
 #include "harness/launcher.h"
 #include "harness/matrix_command.h"
 #include "harness/run_command.h"

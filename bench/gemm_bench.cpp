@@ -3,8 +3,8 @@
 // square shape, per intra-op thread count; bf16 both as LibTorch's own GEMM ("bf16", oneDNN) and
 // on the pinned levels' path ("bf16_as_fp32": up-cast, one fp32 GEMM, rounded; model/gemm.h). The
 // figure MFU is against comes from the same kind of measurement in each rank
-// (core/gemm_throughput.h). The bench pins BITPARITY_BENCH_CPU_ISA (default avx2): oneDNN's bf16
-// GEMM is then capped at AVX2; BITPARITY_BENCH_CPU_ISA=native measures the host's best.
+// (numerics/gemm_throughput.h). The bench pins BITPARITY_BENCH_CPU_ISA (default avx2): oneDNN's
+// bf16 GEMM is then capped at AVX2; BITPARITY_BENCH_CPU_ISA=native measures the host's best.
 //
 //   build/bitparity_bench --benchmark_filter=BM_Gemm --benchmark_repetitions=3
 
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "model/gemm.h"
 
 namespace bitparity {

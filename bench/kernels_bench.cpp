@@ -13,12 +13,12 @@
 #include <thread>
 #include <vector>
 
-#include "core/communicator.h"
-#include "core/digest.h"
-#include "core/fp8.h"
-#include "core/random.h"
-#include "core/trace.h"
+#include "comm/communicator.h"
 #include "harness/launcher.h"
+#include "numerics/fp8.h"
+#include "numerics/random.h"
+#include "trace/digest.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 namespace {

@@ -26,13 +26,13 @@
 #include <optional>
 #include <string>
 
-#include "core/determinism.h"
-#include "core/recipe.h"
-#include "core/recipe_edit.h"
-#include "core/trace.h"
+#include "config/recipe.h"
+#include "config/recipe_edit.h"
 #include "harness/checks.h"
 #include "harness/launcher.h"
 #include "harness/throughput.h"
+#include "numerics/determinism.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 namespace {

@@ -39,7 +39,7 @@ DeviceInfo Info(int index);
 // The process-wide switches that make LibTorch's CUDA kernels reproducible: deterministic
 // algorithms, no TF32 in cuBLAS or cuDNN, no reduced-precision reductions in fp16/bf16 GEMMs,
 // deterministic cuDNN without benchmarking. The environment half (CUBLAS_WORKSPACE_CONFIG,
-// NCCL_*) is PinEnvironment("cuda") of core/determinism.h, which must run first.
+// NCCL_*) is PinEnvironment("cuda") of numerics/determinism.h, which must run first.
 void ConfigureDeterminism();
 
 // GPU name, SM, memory, driver, CUDA runtime, cuBLAS, cuDNN and NCCL versions, and the

@@ -33,7 +33,7 @@ class InfrastructureError : public std::runtime_error {
 // Runs `body` and maps what escapes it onto the exit codes, printing the message to `err`:
 // InputError is 2, InfrastructureError 3, and any other exception `internal_error_exit`,
 // "internal error": a fault of bitparity or of a library (a broken invariant), never a check
-// that failed. The CLI passes 3; a rank process passes kRankExitFailed (core/rank_protocol.h), so
+// that failed. The CLI passes 3; a rank process passes kRankExitFailed (comm/rank_protocol.h), so
 // that the launcher can tell the rank that failed on its own from the peers that lost it (3).
 int RunMappingErrors(const std::function<int()>& body, std::ostream& err,
                      int internal_error_exit = kExitInfrastructure);

@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <string>
 
+#include "config/matrix_file.h"
+#include "config/recipe.h"
 #include "core/errors.h"
-#include "core/matrix_file.h"
-#include "core/recipe.h"
 
 namespace {
 

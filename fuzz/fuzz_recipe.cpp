@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "config/recipe.h"
 #include "core/errors.h"
-#include "core/recipe.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/errors.h"
-#include "core/trace.h"
+#include "trace/trace.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = "/tmp/bitparity-fuzz-trace-" + std::to_string(::getpid()) + ".h5";

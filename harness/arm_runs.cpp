@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <ostream>
 
+#include "comm/rank_protocol.h"
 #include "core/errors.h"
-#include "core/rank_protocol.h"
-#include "core/trace_keys.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 namespace {

@@ -17,12 +17,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/recipe.h"
-#include "core/trace.h"
+#include "config/recipe.h"
 #include "harness/checks.h"
 #include "harness/launcher.h"
 #include "harness/localizer.h"
 #include "harness/run_command.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

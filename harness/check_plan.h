@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "harness/checks.h"
 #include "harness/localizer.h"
 

@@ -8,11 +8,11 @@
 #include <tuple>
 #include <utility>
 
-#include "core/digest.h"
-#include "core/float_bits.h"
-#include "core/recipe_edit.h"
-#include "core/trace_keys.h"
+#include "config/recipe_edit.h"
 #include "harness/probe_compare.h"
+#include "numerics/float_bits.h"
+#include "trace/digest.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 

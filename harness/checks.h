@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.h"
-#include "core/trace.h"
+#include "config/recipe.h"
 #include "harness/check_result.h"
 #include "harness/trace_compare.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

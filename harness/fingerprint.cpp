@@ -3,11 +3,11 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "core/cpu_isa.h"
 #include "core/cuda_support.h"
-#include "core/digest.h"
-#include "core/provenance.h"
-#include "core/trace_keys.h"
+#include "numerics/cpu_isa.h"
+#include "numerics/provenance.h"
+#include "trace/digest.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 namespace {

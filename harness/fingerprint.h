@@ -12,8 +12,8 @@
 #include <map>
 #include <string>
 
-#include "core/recipe.h"
-#include "core/trace.h"
+#include "config/recipe.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.h"
 #include "harness/checks.h"
 #include "harness/fingerprint.h"
 #include "harness/golden_store.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

@@ -7,7 +7,7 @@
 
 #include "core/clock.h"
 #include "core/errors.h"
-#include "core/trace_keys.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 namespace {

@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "core/trace.h"
 #include "harness/fingerprint.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

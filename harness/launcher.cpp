@@ -19,13 +19,13 @@
 #include <sstream>
 #include <thread>
 
+#include "config/recipe.h"
 #include "core/atomic_file.h"
-#include "core/determinism.h"
 #include "core/errors.h"
-#include "core/recipe.h"
-#include "core/trace.h"
-#include "core/trace_keys.h"
 #include "harness/process.h"
+#include "numerics/determinism.h"
+#include "trace/trace.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 namespace {

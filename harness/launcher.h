@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/rank_protocol.h"
-#include "core/trace.h"
+#include "comm/rank_protocol.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.h"
 #include "harness/checks.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

@@ -15,18 +15,18 @@
 #include <sstream>
 #include <thread>
 
+#include "config/names.h"
+#include "config/recipe.h"
+#include "config/recipe_edit.h"
+#include "config/toml_reader.h"
 #include "core/atomic_file.h"
 #include "core/clock.h"
 #include "core/errors.h"
-#include "core/names.h"
-#include "core/pipeline_layout.h"
-#include "core/recipe.h"
-#include "core/recipe_edit.h"
-#include "core/toml_reader.h"
 #include "harness/html_report.h"
 #include "harness/output_folder.h"
 #include "harness/report.h"
 #include "harness/run_command.h"
+#include "schedule/pipeline_layout.h"
 
 namespace bitparity {
 namespace {

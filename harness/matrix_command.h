@@ -7,7 +7,7 @@
 // cells x checks table. Cells that cannot run (their configuration breaks a rule) are reported
 // as skipped with the reason, never dropped.
 //
-// The matrix file format is described in core/matrix_file.h.
+// The matrix file format is described in config/matrix_file.h.
 
 #include <cstdint>
 #include <iosfwd>
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/matrix_file.h"
+#include "config/matrix_file.h"
 
 namespace bitparity {
 

@@ -1,7 +1,7 @@
 #ifndef BITPARITY_HARNESS_PROBE_COMPARE_H_
 #define BITPARITY_HARNESS_PROBE_COMPARE_H_
 
-// Reading node probes (ProbeRecord, core/trace.h; recorded with [trace] probes = "nodes"):
+// Reading node probes (ProbeRecord, trace/trace.h; recorded with [trace] probes = "nodes"):
 // - the first divergent operation of two runs of one arm: per rank, the first record in the
 //   rank's execution order whose digest differs. Every record before it matched, the inputs of
 //   its operation among them, so it names the operation that broke the bits;
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

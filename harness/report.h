@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.h"
 #include "harness/checks.h"
 #include "harness/fingerprint.h"
 #include "harness/throughput.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

@@ -4,9 +4,9 @@
 
 #include <cstdio>
 
-#include "core/cpu_isa.h"
-#include "core/determinism.h"
 #include "core/errors.h"
+#include "numerics/cpu_isa.h"
+#include "numerics/determinism.h"
 
 namespace bitparity {
 

@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 
 namespace bitparity {
 
 struct MachineResources {
   int64_t memory_bytes = 0;  // physical memory
   int64_t cores = 1;         // online processors
-  // The CPU's flags and model name (core/cpu_isa.h); nullopt: unknown, not checked.
+  // The CPU's flags and model name (numerics/cpu_isa.h); nullopt: unknown, not checked.
   std::optional<std::set<std::string>> cpu_flags;
   std::string cpu_model;
 };

@@ -10,12 +10,11 @@
 #include <set>
 #include <stdexcept>
 
+#include "comm/rank_protocol.h"
+#include "config/recipe.h"
 #include "core/atomic_file.h"
 #include "core/clock.h"
 #include "core/errors.h"
-#include "core/rank_protocol.h"
-#include "core/recipe.h"
-#include "core/trace.h"
 #include "harness/arm_runs.h"
 #include "harness/attribution.h"
 #include "harness/check_plan.h"
@@ -30,6 +29,7 @@
 #include "harness/report.h"
 #include "harness/resources.h"
 #include "harness/trace_compare.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 namespace {

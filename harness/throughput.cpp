@@ -7,8 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "core/schedule_vocabulary.h"
-#include "core/trace_keys.h"
+#include "schedule/schedule_vocabulary.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 

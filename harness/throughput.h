@@ -3,8 +3,8 @@
 
 // A run's throughput from its trace, and where its all-to-all time goes.
 //
-// Throughput: the counted GEMM FLOPs (core/flop_count.h) per rank over its
-// step time, and MFU against the GEMM ceiling the ranks measured (core/gemm_throughput.h): the
+// Throughput: the counted GEMM FLOPs (numerics/flop_count.h) per rank over its
+// step time, and MFU against the GEMM ceiling the ranks measured (numerics/gemm_throughput.h): the
 // best of their measurements, so that one denominator serves every rank and every arm. Model
 // FLOPs are a training step's forward and backward GEMMs; recompute replays are counted apart
 // (work the recompute chooses to redo: in the hardware rate, not in MFU), as is customary.
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

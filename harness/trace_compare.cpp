@@ -7,7 +7,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "core/float_bits.h"
+#include "numerics/float_bits.h"
 
 namespace bitparity {
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/trace.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

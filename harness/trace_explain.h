@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.h"
 #include "harness/probe_compare.h"
 #include "harness/trace_compare.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

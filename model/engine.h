@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.h"
 #include "model/gpt.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

@@ -6,10 +6,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/fp8.h"
-#include "core/fp8_tensor.h"
 #include "model/gemm.h"
 #include "model/ops.h"
+#include "numerics/fp8.h"
+#include "numerics/fp8_tensor.h"
 
 namespace bitparity {
 namespace ops {
@@ -20,8 +20,8 @@ using torch::autograd::variable_list;
 
 // Every element replaced by the value its FP8 code stands for, with blocks of
 // block_rows x block_cols along a [rows, cols] matrix; returned in bf16 (exact there). On the
-// CPU the software emulation of core/fp8.h; elsewhere the tensor quantizer of core/fp8_tensor.h,
-// which gives the same bits (tests/core/fp8_oracle_test.cpp).
+// CPU the software emulation of numerics/fp8.h; elsewhere the tensor quantizer of
+// numerics/fp8_tensor.h, which gives the same bits (tests/core/fp8_oracle_test.cpp).
 at::Tensor Fp8RoundTrip(const at::Tensor& matrix, int64_t block_rows, int64_t block_cols,
                         fp8::Scaling scaling) {
   if (!matrix.is_cpu()) {

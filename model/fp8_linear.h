@@ -14,7 +14,7 @@
 
 #include <ATen/ATen.h>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 
 namespace bitparity {
 namespace ops {

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <stdexcept>
 
-#include "core/determinism.h"
+#include "numerics/determinism.h"
 
 namespace bitparity {
 namespace gemm {

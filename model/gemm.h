@@ -1,7 +1,7 @@
 #ifndef BITPARITY_MODEL_GEMM_H_
 #define BITPARITY_MODEL_GEMM_H_
 
-// The model's GEMMs, computed the way the process's pinned CPU level says (core/cpu_isa.h):
+// The model's GEMMs, computed the way the process's pinned CPU level says (numerics/cpu_isa.h):
 // with bf16 operands on the CPU either LibTorch's own bf16 GEMM (GemmPath::kNative, oneDNN: the
 // host's best kernel) or one fp32 GEMM over the exactly up-cast operands whose result is rounded
 // to bf16 (GemmPath::kFp32Accumulate: what a bf16 GEMM with fp32 accumulation computes, through
@@ -11,12 +11,12 @@
 
 #include <ATen/ATen.h>
 
-#include "core/cpu_isa.h"
+#include "numerics/cpu_isa.h"
 
 namespace bitparity {
 namespace gemm {
 
-// The path of this process: the pinned level's (core/determinism.h PinnedCpuIsa), unless a
+// The path of this process: the pinned level's (numerics/determinism.h PinnedCpuIsa), unless a
 // ScopedGemmPath says otherwise.
 GemmPath ActivePath();
 

@@ -2,9 +2,9 @@
 
 #include <torch/torch.h>
 
-#include "core/flop_count.h"
-#include "core/node_probes.h"
-#include "core/random.h"
+#include "numerics/flop_count.h"
+#include "numerics/random.h"
+#include "trace/node_probes.h"
 
 namespace bitparity {
 
@@ -159,7 +159,7 @@ at::Tensor GptModel::LayerResidual(const at::Tensor& residual, const at::Tensor&
 
 at::Tensor GptModel::DecoderLayer(const LayerWeights& layer, const at::Tensor& x,
                                   const ChunkState& state, MicrobatchLosses* losses) const {
-  // Node probes (core/node_probes.h) at the points where the overlap engine's nodes begin and
+  // Node probes (trace/node_probes.h) at the points where the overlap engine's nodes begin and
   // end: the reference engine's records for the same keys. The last decoder layer's output is
   // probed by the engine, after the final norm that the overlap's last node includes.
   const bool probes = NodeProbes::enabled();

@@ -13,9 +13,9 @@
 #include <memory>
 #include <vector>
 
-#include "core/communicator.h"
-#include "core/rank_context.h"
-#include "core/recipe.h"
+#include "comm/communicator.h"
+#include "comm/rank_context.h"
+#include "config/recipe.h"
 #include "model/chunk_state_field.h"
 #include "model/injected_bugs.h"
 #include "model/moe.h"
@@ -127,7 +127,7 @@ class GptModel {
                            const MhcMapping* mhc) const;
 
   // The whole layer as one differentiable function, all-to-alls blocking. With node probes on
-  // (core/node_probes.h) it records the reference engine's probes of the layer.
+  // (trace/node_probes.h) it records the reference engine's probes of the layer.
   at::Tensor DecoderLayer(const LayerWeights& layer, const at::Tensor& x, const ChunkState& state,
                           MicrobatchLosses* losses) const;
   // The reference engine's probe of the last decoder layer's output after the final norm (the

@@ -4,9 +4,9 @@
 
 #include <numeric>
 
-#include "core/flop_count.h"
 #include "model/ops.h"
 #include "model/token_dispatcher.h"
+#include "numerics/flop_count.h"
 
 namespace bitparity {
 namespace {

@@ -12,9 +12,9 @@
 #include <memory>
 #include <vector>
 
-#include "core/communicator.h"
-#include "core/rank_context.h"
-#include "core/recipe.h"
+#include "comm/communicator.h"
+#include "comm/rank_context.h"
+#include "config/recipe.h"
 #include "model/parameters.h"
 
 namespace bitparity {

@@ -8,9 +8,9 @@
 
 #include "core/cuda_support.h"
 #include "core/errors.h"
-#include "core/flop_count.h"
 #include "model/fp8_linear.h"
 #include "model/gemm.h"
+#include "numerics/flop_count.h"
 
 namespace bitparity {
 namespace ops {

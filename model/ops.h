@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 
 namespace bitparity {
 namespace ops {
@@ -84,10 +84,11 @@ DelayedWgrads* WgradSinkOf(int64_t handle);
 at::Tensor WeightGradientNowOrLater(int64_t sink_handle, const at::Tensor& weight,
                                     std::function<at::Tensor()> compute);
 
-// Counts (core/flop_count.h) the GEMM x @ weight^T, x: [..., k], weight: [n, k]; and the batched
-// product a @ b, a: [..., m, k], b: [..., k, n] (b broadcast over a's batch). With gradients on,
-// one backward GEMM per operand that requires a gradient. Linear and CausalSelfAttention count
-// their own; a caller that runs a GEMM of its own (the router, mHC) counts it with these.
+// Counts (numerics/flop_count.h) the GEMM x @ weight^T, x: [..., k], weight: [n, k]; and the
+// batched product a @ b, a: [..., m, k], b: [..., k, n] (b broadcast over a's batch). With
+// gradients on, one backward GEMM per operand that requires a gradient. Linear and
+// CausalSelfAttention count their own; a caller that runs a GEMM of its own (the router, mHC)
+// counts it with these.
 void CountLinearFlops(const at::Tensor& x, const at::Tensor& weight);
 void CountMatmulFlops(const at::Tensor& a, const at::Tensor& b);
 

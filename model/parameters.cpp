@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "core/random.h"
+#include "numerics/random.h"
 
 namespace bitparity {
 

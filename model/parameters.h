@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/rank_context.h"
-#include "core/recipe.h"
+#include "comm/rank_context.h"
+#include "config/recipe.h"
 #include "model/mhc.h"
 
 namespace bitparity {

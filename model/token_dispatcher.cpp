@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/flop_count.h"
 #include "model/ops.h"
+#include "numerics/flop_count.h"
 
 namespace bitparity {
 namespace {

@@ -16,9 +16,9 @@
 
 #include <ATen/ATen.h>
 
-#include "core/communicator.h"
-#include "core/rank_context.h"
-#include "core/recipe.h"
+#include "comm/communicator.h"
+#include "comm/rank_context.h"
+#include "config/recipe.h"
 #include "model/moe.h"
 #include "model/parameters.h"
 

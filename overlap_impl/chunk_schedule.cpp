@@ -9,9 +9,9 @@
 
 #include "core/clock.h"
 #include "core/errors.h"
-#include "core/flop_count.h"
-#include "core/node_probes.h"
-#include "core/pipeline_schedule.h"
+#include "numerics/flop_count.h"
+#include "schedule/pipeline_schedule.h"
+#include "trace/node_probes.h"
 
 namespace bitparity {
 

@@ -3,7 +3,7 @@
 
 // The schedule of one iteration of the overlap arm on one pipeline rank, as data: the ordered
 // list of node operations over every (model chunk, microbatch) pair of the rank. The pairs run in
-// the order of Megatron's combined 1F1B (core/pipeline_schedule.h with the EP overlap's extra
+// the order of Megatron's combined 1F1B (schedule/pipeline_schedule.h with the EP overlap's extra
 // warm-up forward): without a pipeline F0, (F1 | B0), ..., (F(M-1) | B(M-2)), B(M-1); with one,
 // the interleaved order, where a combined step merges the forward of one (chunk, microbatch)
 // with the backward of another, possibly of another chunk with another number of layers.
@@ -51,12 +51,12 @@
 #include <string>
 #include <vector>
 
-#include "core/pipeline_layout.h"
-#include "core/pipeline_schedule.h"
-#include "core/recipe.h"
-#include "core/recompute_plan.h"
-#include "core/schedule_vocabulary.h"
+#include "config/recipe.h"
+#include "config/recompute_plan.h"
 #include "model/chunk_state_field.h"
+#include "schedule/pipeline_layout.h"
+#include "schedule/pipeline_schedule.h"
+#include "schedule/schedule_vocabulary.h"
 
 namespace bitparity {
 

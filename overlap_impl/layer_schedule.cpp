@@ -9,9 +9,9 @@
 
 #include "core/clock.h"
 #include "core/errors.h"
-#include "core/flop_count.h"
-#include "core/node_probes.h"
+#include "numerics/flop_count.h"
 #include "overlap_impl/chunk_schedule.h"
+#include "trace/node_probes.h"
 
 namespace bitparity {
 

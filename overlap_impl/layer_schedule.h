@@ -121,7 +121,7 @@ class LayerSchedule {
   const std::vector<int64_t>& RecvSplits() const;
   // Timeline events (when the engine records a timeline).
   void Record(NodeKind node, Phase phase, int64_t begin_ns);
-  // Node probes (core/node_probes.h): `tensors` as the outputs (forward, replay) or the input
+  // Node probes (trace/node_probes.h): `tensors` as the outputs (forward, replay) or the input
   // gradients (backward) of this layer's `node`.
   void Probe(NodeKind node, Phase phase, const std::vector<at::Tensor>& tensors);
   void RecordComm(const AllToAllNode& node, Phase phase);

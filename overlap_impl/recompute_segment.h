@@ -7,7 +7,7 @@
 
 #include <ATen/ATen.h>
 
-#include "core/recompute_plan.h"
+#include "config/recompute_plan.h"
 #include "model/chunk_state_field.h"
 #include "model/gpt.h"
 #include "overlap_impl/combined_step_plan.h"

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "core/communicator.h"
-#include "core/schedule_vocabulary.h"
+#include "comm/communicator.h"
 #include "model/ops.h"
+#include "schedule/schedule_vocabulary.h"
 
 namespace bitparity {
 

@@ -2,9 +2,9 @@
 
 #include <torch/torch.h>
 
-#include "core/flop_count.h"
 #include "core/memory.h"
-#include "core/node_probes.h"
+#include "numerics/flop_count.h"
+#include "trace/node_probes.h"
 
 namespace bitparity {
 namespace {

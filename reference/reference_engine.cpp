@@ -5,9 +5,9 @@
 #include <map>
 
 #include "core/memory.h"
-#include "core/node_probes.h"
-#include "core/pipeline_schedule.h"
 #include "reference/checkpoint.h"
+#include "schedule/pipeline_schedule.h"
+#include "trace/node_probes.h"
 
 namespace bitparity {
 

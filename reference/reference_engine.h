@@ -7,9 +7,9 @@
 // gradients flushed into the fp32 main grads right after its backward.
 //
 // With pipeline parallelism each rank runs its model chunks in Megatron's (interleaved) 1F1B
-// order (core/pipeline_schedule.h), a forward then a backward per steady step: a chunk's forward
-// receives its input from the previous stage (or embeds the tokens), runs its layers under the
-// recompute plan counted within the chunk (as Megatron's TransformerBlock counts it) and sends
+// order (schedule/pipeline_schedule.h), a forward then a backward per steady step: a chunk's
+// forward receives its input from the previous stage (or embeds the tokens), runs its layers under
+// the recompute plan counted within the chunk (as Megatron's TransformerBlock counts it) and sends
 // its output on (an MTP stage sends the main and MTP hidden states stacked along dim 0); its
 // backward receives the output's gradient (or seeds the loss) and sends the input's gradient
 // back.
@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "core/communicator.h"
-#include "core/pipeline_layout.h"
-#include "core/recompute_plan.h"
+#include "comm/communicator.h"
+#include "config/recompute_plan.h"
 #include "model/engine.h"
 #include "model/gpt.h"
+#include "schedule/pipeline_layout.h"
 
 namespace bitparity {
 

@@ -8,8 +8,8 @@
 #include <map>
 #include <sstream>
 
+#include "comm/rank_protocol.h"
 #include "core/errors.h"
-#include "core/rank_protocol.h"
 
 namespace bitparity {
 namespace {

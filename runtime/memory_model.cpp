@@ -6,10 +6,10 @@
 #include <functional>
 #include <optional>
 
+#include "config/recompute_plan.h"
 #include "core/memory.h"
-#include "core/pipeline_schedule.h"
-#include "core/recompute_plan.h"
 #include "overlap_impl/combined_step_plan.h"
+#include "schedule/pipeline_schedule.h"
 
 namespace bitparity {
 namespace {

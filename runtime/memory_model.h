@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "core/pipeline_layout.h"
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "model/gpt.h"
+#include "schedule/pipeline_layout.h"
 
 namespace bitparity {
 

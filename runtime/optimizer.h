@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "model/parameters.h"
 
 namespace bitparity {

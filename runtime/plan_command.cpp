@@ -4,11 +4,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "config/recipe.h"
+#include "config/recompute_plan.h"
 #include "core/errors.h"
-#include "core/pipeline_schedule.h"
-#include "core/recipe.h"
-#include "core/recompute_plan.h"
 #include "overlap_impl/combined_step_plan.h"
+#include "schedule/pipeline_schedule.h"
 
 namespace bitparity {
 namespace {

@@ -11,15 +11,15 @@
 #include <thread>
 
 #include "core/clock.h"
-#include "core/determinism.h"
-#include "core/digest.h"
 #include "core/errors.h"
-#include "core/flop_count.h"
 #include "core/memory.h"
-#include "core/node_probes.h"
 #include "model/ops.h"
+#include "numerics/determinism.h"
+#include "numerics/flop_count.h"
 #include "overlap_impl/overlap_engine.h"
 #include "reference/reference_engine.h"
+#include "trace/digest.h"
+#include "trace/node_probes.h"
 
 namespace bitparity {
 namespace {

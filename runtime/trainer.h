@@ -11,16 +11,16 @@
 #include <string>
 #include <vector>
 
-#include "core/communicator.h"
-#include "core/flop_count.h"
-#include "core/rank_context.h"
-#include "core/recipe.h"
-#include "core/synthetic_data.h"
-#include "core/trace.h"
+#include "comm/communicator.h"
+#include "comm/rank_context.h"
+#include "config/recipe.h"
 #include "model/engine.h"
 #include "model/gpt.h"
+#include "numerics/flop_count.h"
+#include "numerics/synthetic_data.h"
 #include "runtime/memory_model.h"
 #include "runtime/optimizer.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 

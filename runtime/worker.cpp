@@ -11,23 +11,23 @@
 #include <filesystem>
 #include <iostream>
 
+#include "comm/rank_context.h"
+#include "comm/rank_protocol.h"
+#include "config/recipe.h"
 #include "core/clock.h"
 #include "core/cuda_support.h"
-#include "core/determinism.h"
 #include "core/errors.h"
-#include "core/gemm_throughput.h"
 #include "core/memory.h"
-#include "core/node_probes.h"
-#include "core/provenance.h"
-#include "core/rank_context.h"
-#include "core/rank_protocol.h"
-#include "core/recipe.h"
-#include "core/trace.h"
-#include "core/trace_keys.h"
 #include "model/gemm.h"
+#include "numerics/determinism.h"
+#include "numerics/gemm_throughput.h"
+#include "numerics/provenance.h"
 #include "runtime/debug_switches.h"
 #include "runtime/memory_model.h"
 #include "runtime/trainer.h"
+#include "trace/node_probes.h"
+#include "trace/trace.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 namespace {

@@ -1,12 +1,12 @@
 #ifndef BITPARITY_RUNTIME_WORKER_H_
 #define BITPARITY_RUNTIME_WORKER_H_
 
-// The rank process: `bitparity worker --recipe R --arm A --out-dir D` (core/rank_protocol.h).
+// The rank process: `bitparity worker --recipe R --arm A --out-dir D` (comm/rank_protocol.h).
 // Reads its place in the world from the environment (torchrun or Slurm variables), joins the
 // process group, trains the arm for the recipe's iterations and writes D/rank_<r>.h5. The local
 // launcher starts these itself; on a cluster srun or torchrun can start them directly.
 
-#include "core/rank_protocol.h"
+#include "comm/rank_protocol.h"
 
 namespace bitparity {
 

@@ -2,7 +2,7 @@
 // runs the default CPU level (avx2) in ATen, oneDNN and MKL's vendor-independent branch, and a
 // conflicting pinned variable is bad input that names the variable.
 
-#include "core/determinism.h"
+#include "numerics/determinism.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

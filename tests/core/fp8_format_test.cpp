@@ -11,8 +11,8 @@
 #include <limits>
 #include <vector>
 
-#include "core/float_bits.h"
-#include "core/fp8.h"
+#include "numerics/float_bits.h"
+#include "numerics/fp8.h"
 
 namespace bitparity {
 namespace {

@@ -5,7 +5,7 @@
 //     both saturate (the emulation saturates to the largest finite value, as Hopper's and
 //     Blackwell's "satfinite" conversions do; a plain cast turns overflow into NaN or infinity);
 //   - every code decodes to the float PyTorch's cast back gives;
-//   - every scale the emulation computes is what the tensor quantizer of core/fp8_tensor.h
+//   - every scale the emulation computes is what the tensor quantizer of numerics/fp8_tensor.h
 //     computes, over every binade of amax values and densely around every point where a scale
 //     changes, and MXFP8's scales are E8M0 values;
 //   - whole matrices, with ragged blocks, zeros, NaNs, infinities and saturating values, come
@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "core/float_bits.h"
-#include "core/fp8.h"
-#include "core/fp8_tensor.h"
-#include "core/random.h"
+#include "numerics/float_bits.h"
+#include "numerics/fp8.h"
+#include "numerics/fp8_tensor.h"
+#include "numerics/random.h"
 
 namespace bitparity {
 namespace {

@@ -2,7 +2,7 @@
 // lands (chunk-major virtual order), the layer offsets, the rules with their messages, and the
 // even split without a layout. The expected placements are Megatron's own for the same strings.
 
-#include "core/pipeline_layout.h"
+#include "schedule/pipeline_layout.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 // that the ranks together can run it: every forward finds its input and every backward its
 // gradient already produced by the neighbouring stage.
 
-#include "core/pipeline_schedule.h"
+#include "schedule/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
 

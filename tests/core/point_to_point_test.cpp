@@ -7,10 +7,10 @@
 #include <mutex>
 #include <vector>
 
-#include "core/communicator.h"
-#include "core/digest.h"
+#include "comm/communicator.h"
 #include "tests/support/random_tensor.h"
 #include "tests/support/thread_world.h"
+#include "trace/digest.h"
 
 namespace bitparity {
 namespace {

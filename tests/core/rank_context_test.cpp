@@ -1,7 +1,7 @@
 // A rank's place in the world from the launcher's environment: torchrun's variables (and its
 // agent-served store), Slurm's, the single-rank default, and malformed values named.
 
-#include "core/rank_context.h"
+#include "comm/rank_context.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The rank contract's lines and command line, pinned: the worker prints them and the launcher
 // parses them, so a change on one side must be a change of this test.
 
-#include "core/rank_protocol.h"
+#include "comm/rank_protocol.h"
 
 #include <gtest/gtest.h>
 

@@ -1,15 +1,15 @@
 // The recipe's key tables against what they drive: the reader, the unknown-key hint, the key
 // reference in docs/recipe-keys.md and the README's summary table.
 
-#include "core/recipe_schema.h"
+#include "config/recipe_schema.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 
+#include "config/recipe.h"
 #include "core/errors.h"
-#include "core/recipe.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
@@ -26,7 +26,7 @@ std::string Between(const std::string& text, const std::string& begin, const std
 }
 
 constexpr char kRegenerate[] =
-    " is out of date with the recipe's key tables (core/recipe_schema.cpp); regenerate it from "
+    " is out of date with the recipe's key tables (config/recipe_schema.cpp); regenerate it from "
     "`build/bitparity validate --keys` (see docs/recipe-keys.md)";
 
 TEST(RecipeSchema, KeyReferenceInDocsIsTheGeneratedOne) {

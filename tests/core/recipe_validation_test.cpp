@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "config/recipe.h"
 #include "core/errors.h"
-#include "core/recipe.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {

@@ -1,6 +1,6 @@
 // The segmentation rules of full activation recompute, shared by both arms.
 
-#include "core/recompute_plan.h"
+#include "config/recompute_plan.h"
 
 #include <gtest/gtest.h>
 

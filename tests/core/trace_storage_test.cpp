@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "core/float_bits.h"
-#include "core/trace.h"
+#include "numerics/float_bits.h"
 #include "tests/support/test_support.h"
 #include "tests/support/trace_builder.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 namespace {

@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <memory>
 
-#include "core/digest.h"
-#include "core/float_bits.h"
-#include "core/trace.h"
+#include "numerics/float_bits.h"
 #include "tests/support/test_support.h"
+#include "trace/digest.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 namespace {

@@ -12,13 +12,13 @@
 #include <chrono>
 #include <filesystem>
 
-#include "core/trace.h"
 #include "harness/launcher.h"
 #include "harness/process.h"
 #include "harness/trace_compare.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_world.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 namespace {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu_isa.h"
 #include "harness/launcher.h"
 #include "harness/process.h"
+#include "numerics/cpu_isa.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {

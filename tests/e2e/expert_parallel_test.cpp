@@ -8,9 +8,9 @@
 #include <cmath>
 #include <string>
 
-#include "core/trace.h"
 #include "harness/trace_compare.h"
 #include "tests/support/test_support.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 namespace {

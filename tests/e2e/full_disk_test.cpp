@@ -13,13 +13,13 @@
 #include <set>
 #include <string>
 
+#include "comm/rank_protocol.h"
 #include "core/errors.h"
-#include "core/rank_protocol.h"
-#include "core/trace.h"
-#include "core/trace_keys.h"
 #include "harness/process.h"
 #include "tests/support/test_support.h"
 #include "tests/support/trace_builder.h"
+#include "trace/trace.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 namespace {

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.h"
 #include "harness/probe_compare.h"
 #include "tests/support/junit_reader.h"
 #include "tests/support/small_recipe_run.h"
 #include "tests/support/test_support.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 namespace {

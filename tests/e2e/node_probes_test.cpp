@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.h"
 #include "harness/probe_compare.h"
 #include "tests/support/test_support.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 namespace {

@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "core/trace.h"
 #include "harness/trace_compare.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 namespace {

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "core/trace.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 namespace {

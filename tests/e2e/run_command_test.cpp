@@ -18,13 +18,13 @@
 #include <regex>
 #include <thread>
 
-#include "core/recipe.h"
-#include "core/trace.h"
-#include "core/trace_keys.h"
+#include "config/recipe.h"
 #include "harness/process.h"
 #include "tests/support/junit_reader.h"
 #include "tests/support/small_recipe_run.h"
 #include "tests/support/test_support.h"
+#include "trace/trace.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 namespace {

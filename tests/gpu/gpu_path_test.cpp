@@ -22,15 +22,15 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "core/communicator.h"
+#include "comm/communicator.h"
+#include "config/recipe.h"
 #include "core/cuda_support.h"
-#include "core/determinism.h"
-#include "core/fp8.h"
-#include "core/fp8_tensor.h"
 #include "core/memory.h"
-#include "core/recipe.h"
 #include "harness/launcher.h"
 #include "model/ops.h"
+#include "numerics/determinism.h"
+#include "numerics/fp8.h"
+#include "numerics/fp8_tensor.h"
 #include "tests/support/random_tensor.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"

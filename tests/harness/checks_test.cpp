@@ -8,15 +8,15 @@
 #include <cstring>
 #include <string>
 
+#include "config/recipe.h"
+#include "config/recipe_edit.h"
 #include "core/errors.h"
-#include "core/recipe.h"
-#include "core/recipe_edit.h"
-#include "core/trace_keys.h"
 #include "harness/fingerprint.h"
 #include "harness/matrix_command.h"
 #include "harness/resources.h"
 #include "tests/support/test_support.h"
 #include "tests/support/trace_builder.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 namespace {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.h"
 #include "harness/checks.h"
 #include "tests/support/test_support.h"
 #include "tests/support/trace_builder.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 namespace {

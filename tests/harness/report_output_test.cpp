@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "core/trace_keys.h"
 #include "harness/checks.h"
 #include "harness/localizer.h"
 #include "harness/report.h"
 #include "tests/support/trace_builder.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "core/trace_keys.h"
 #include "tests/support/trace_builder.h"
+#include "trace/trace_keys.h"
 
 namespace bitparity {
 namespace {

@@ -7,9 +7,9 @@
 
 #include <cmath>
 
-#include "core/digest.h"
-#include "core/float_bits.h"
+#include "numerics/float_bits.h"
 #include "tests/support/trace_builder.h"
+#include "trace/digest.h"
 
 namespace bitparity {
 namespace {

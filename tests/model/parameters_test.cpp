@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "core/rank_context.h"
-#include "core/recipe.h"
+#include "comm/rank_context.h"
+#include "config/recipe.h"
 
 namespace bitparity {
 namespace {

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.h"
-#include "core/synthetic_data.h"
+#include "config/recipe.h"
+#include "numerics/synthetic_data.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/thread_trainer.h"
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "config/recipe.h"
 #include "core/errors.h"
-#include "core/recipe.h"
 #include "model/ops.h"
 #include "overlap_impl/combined_step_plan.h"
 #include "tests/support/random_tensor.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "model/ops.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/thread_trainer.h"

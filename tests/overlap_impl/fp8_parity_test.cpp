@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "tests/support/random_tensor.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/thread_trainer.h"

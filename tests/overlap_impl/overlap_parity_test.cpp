@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "config/recipe.h"
 #include "core/errors.h"
-#include "core/recipe.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"

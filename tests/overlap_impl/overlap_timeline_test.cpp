@@ -6,7 +6,7 @@
 
 #include <mutex>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "overlap_impl/overlap_engine.h"
 #include "runtime/trainer.h"
 #include "tests/support/recipe_builder.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "overlap_impl/overlap_engine.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/thread_trainer.h"

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/thread_trainer.h"

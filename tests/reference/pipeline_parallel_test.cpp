@@ -16,9 +16,9 @@
 #include <tuple>
 #include <vector>
 
+#include "config/recipe.h"
 #include "core/errors.h"
-#include "core/float_bits.h"
-#include "core/recipe.h"
+#include "numerics/float_bits.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/thread_trainer.h"
 #include "tests/support/thread_world.h"

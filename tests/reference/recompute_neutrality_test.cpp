@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/communicator.h"
+#include "comm/communicator.h"
+#include "config/recipe.h"
 #include "core/errors.h"
-#include "core/float_bits.h"
-#include "core/recipe.h"
+#include "numerics/float_bits.h"
 #include "runtime/trainer.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"

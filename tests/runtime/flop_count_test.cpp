@@ -1,11 +1,11 @@
-// Counted GEMM FLOPs (core/flop_count.h): the counter's bookkeeping, and one training iteration's
-// counts checked against the model's shapes worked out by hand, the same in both arms.
+// Counted GEMM FLOPs (numerics/flop_count.h): the counter's bookkeeping, and one training
+// iteration's counts checked against the model's shapes worked out by hand, the same in both arms.
 
-#include "core/flop_count.h"
+#include "numerics/flop_count.h"
 
 #include <gtest/gtest.h>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/thread_trainer.h"
 

@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "core/communicator.h"
+#include "comm/communicator.h"
+#include "config/recipe.h"
 #include "core/memory.h"
-#include "core/recipe.h"
 #include "runtime/memory_model.h"
 #include "runtime/trainer.h"
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "core/pipeline_layout.h"
-#include "core/recipe.h"
+#include "config/recipe.h"
 #include "runtime/memory_model.h"
+#include "schedule/pipeline_layout.h"
 
 namespace bitparity {
 namespace {

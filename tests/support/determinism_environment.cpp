@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/determinism.h"
+#include "numerics/determinism.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 #include "tests/support/random_tensor.h"
 
-#include "core/random.h"
+#include "numerics/random.h"
 
 namespace bitparity::testing {
 

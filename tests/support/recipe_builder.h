@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/recipe.h"
+#include "config/recipe.h"
 
 namespace bitparity::testing {
 

@@ -12,7 +12,7 @@
 #include <random>
 #include <sstream>
 
-#include "core/rank_protocol.h"
+#include "comm/rank_protocol.h"
 #include "harness/process.h"
 
 namespace bitparity::testing {

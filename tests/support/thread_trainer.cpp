@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "core/float_bits.h"
+#include "numerics/float_bits.h"
 #include "tests/support/thread_world.h"
 
 namespace bitparity::testing {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.h"
-#include "core/trace.h"
+#include "config/recipe.h"
 #include "runtime/trainer.h"
+#include "trace/trace.h"
 
 namespace bitparity::testing {
 

@@ -9,7 +9,7 @@
 #include <functional>
 #include <memory>
 
-#include "core/communicator.h"
+#include "comm/communicator.h"
 
 namespace bitparity::testing {
 

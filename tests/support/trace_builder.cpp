@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "core/digest.h"
+#include "trace/digest.h"
 
 namespace bitparity::testing {
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "core/trace.h"
+#include "trace/trace.h"
 
 namespace bitparity::testing {
 

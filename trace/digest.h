@@ -1,0 +1,15 @@
+#ifndef BITPARITY_TRACE_DIGEST_H_
+#define BITPARITY_TRACE_DIGEST_H_
+
+// XXH3-64 digests of raw bytes: the fingerprint of a gradient or parameter tensor in a trace.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace bitparity {
+
+uint64_t Digest(const void* data, size_t bytes);
+
+}  // namespace bitparity
+
+#endif  // BITPARITY_TRACE_DIGEST_H_

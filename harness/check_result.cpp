@@ -14,11 +14,12 @@ struct VerdictWords {
   const char* json;
   const char* console;
   const char* html_class;
+  char mark;
 };
-constexpr VerdictWords kVerdictWords[] = {{Verdict::kPass, "pass", "PASS", "pass"},
-                                          {Verdict::kFail, "fail", "FAIL", "fail"},
-                                          {Verdict::kSkipped, "skipped", "SKIP", "skip"},
-                                          {Verdict::kError, "error", "ERROR", "error"}};
+constexpr VerdictWords kVerdictWords[] = {{Verdict::kPass, "pass", "PASS", "pass", 'P'},
+                                          {Verdict::kFail, "fail", "FAIL", "fail", 'F'},
+                                          {Verdict::kSkipped, "skipped", "SKIP", "skip", 'S'},
+                                          {Verdict::kError, "error", "ERROR", "error", 'E'}};
 
 const VerdictWords& WordsOf(Verdict verdict) {
   for (const VerdictWords& words : kVerdictWords) {
@@ -45,6 +46,7 @@ constexpr EnumName<CheckKind> kCheckKindNames[] = {{CheckKind::kReproduces, "rep
 const char* ToString(Verdict verdict) { return WordsOf(verdict).json; }
 const char* ConsoleWord(Verdict verdict) { return WordsOf(verdict).console; }
 const char* HtmlClass(Verdict verdict) { return WordsOf(verdict).html_class; }
+char MatrixMark(Verdict verdict) { return WordsOf(verdict).mark; }
 
 Verdict VerdictOfExitCode(int exit_code) {
   return exit_code == kExitPass          ? Verdict::kPass

@@ -18,11 +18,12 @@ namespace bitparity {
 
 enum class Verdict { kPass, kFail, kSkipped, kError };
 // The words of a verdict, from one table: report.json's ("pass", "fail", "skipped", "error"),
-// the console's ("PASS", "FAIL", "SKIP", "ERROR") and the HTML report's class ("pass", "fail",
-// "skip", "error").
+// the console's ("PASS", "FAIL", "SKIP", "ERROR"), the HTML report's class ("pass", "fail",
+// "skip", "error") and the matrix table's mark ('P', 'F', 'S', 'E').
 const char* ToString(Verdict verdict);
 const char* ConsoleWord(Verdict verdict);
 const char* HtmlClass(Verdict verdict);
+char MatrixMark(Verdict verdict);
 // The verdict an exit code stands for: 0 pass, 1 fail, anything else error.
 Verdict VerdictOfExitCode(int exit_code);
 

@@ -23,6 +23,7 @@
 #include "core/clock.h"
 #include "core/errors.h"
 #include "harness/html_report.h"
+#include "harness/matrix_report.h"
 #include "harness/output_folder.h"
 #include "harness/report.h"
 #include "harness/run_command.h"
@@ -148,69 +149,25 @@ class MatrixRun {
   // The cells x checks table on the console, junit.xml, report.json and report.html; the worst
   // exit code of the cells.
   int WriteReports() {
-    std::vector<std::string> columns;
-    auto column_of = [&](const std::string& check) {
-      // "overlap vs reference: loss" and the like share a column across cells.
-      auto it = std::find(columns.begin(), columns.end(), check);
-      if (it == columns.end()) {
-        columns.push_back(check);
-        return columns.size() - 1;
-      }
-      return static_cast<size_t>(it - columns.begin());
-    };
-    for (const RunReport& cell : cells_) {
-      for (const CheckResult& c : cell.checks) column_of(c.name);
-    }
-    nlohmann::json report;
-    report["matrix"] = {
-        {"name", matrix_.name}, {"path", matrix_.path}, {"base", matrix_.base_path}};
-    report["filter"] = options_.filter;
-    report["axes"] = matrix_.axes;
-    report["checks"] = columns;
-    report["cells"] = nlohmann::json::array();
-    int worst = kExitPass;
-    std::ostringstream table;
-    table << "\ncells x checks (P pass, F fail, S skipped, E error):\n";
-    for (size_t c = 0; c < columns.size(); ++c) {
-      table << "  [" << c + 1 << "] " << columns[c] << "\n";
-    }
+    MatrixReport report;
+    report.name = matrix_.name;
+    report.path = matrix_.path;
+    report.base_path = matrix_.base_path;
+    report.filter = options_.filter;
+    report.axes = matrix_.axes;
     for (size_t i = 0; i < selected_.size(); ++i) {
-      nlohmann::json cell = {{"name", selected_[i]->name},
-                             {"values", selected_[i]->values},
-                             {"exit_code", cells_[i].exit_code},
-                             {"seconds", cells_[i].seconds}};
-      std::string row(columns.size(), '-');
-      nlohmann::json verdicts = nlohmann::json::object();
-      for (const CheckResult& c : cells_[i].checks) {
-        const char mark = c.verdict == Verdict::kPass      ? 'P'
-                          : c.verdict == Verdict::kFail    ? 'F'
-                          : c.verdict == Verdict::kSkipped ? 'S'
-                                                           : 'E';
-        row[column_of(c.name)] = mark;
-        verdicts[c.name] = {{"verdict", ToString(c.verdict)}, {"summary", c.summary}};
-      }
-      cell["checks"] = verdicts;
-      report["cells"].push_back(cell);
-      char line[128];
-      std::snprintf(line, sizeof(line), "  %-40s ", selected_[i]->name.c_str());
-      table << line;
-      for (char mark : row) table << ' ' << mark;
-      table << "\n";
-      worst = std::max(worst, cells_[i].exit_code);
+      report.cells.push_back({selected_[i]->name, selected_[i]->values, cells_[i]});
     }
-    const double seconds =
+    report.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    report["exit_code"] = worst;
-    report["seconds"] = seconds;
+    report.out_dir = out_dir_;
     WriteFileAtomically((fs::path(out_dir_) / "junit.xml").string(), JunitReport(cells_));
-    WriteFileAtomically((fs::path(out_dir_) / "report.json").string(), report.dump(2) + "\n");
+    WriteFileAtomically((fs::path(out_dir_) / "report.json").string(),
+                        MatrixJsonReport(report).dump(2) + "\n");
     WriteFileAtomically((fs::path(out_dir_) / "report.html").string(),
                         HtmlMatrixReport(matrix_.name, cells_));
-    table << "result: " << ResultWord(worst) << " (exit " << worst << ") in "
-          << static_cast<int>(seconds) << " s; reports: " << out_dir_ << "/junit.xml, " << out_dir_
-          << "/report.json, " << out_dir_ << "/report.html\n";
-    console_ << table.str() << std::flush;
-    return worst;
+    console_ << MatrixConsoleTable(report) << std::flush;
+    return MatrixExitCode(report);
   }
 
   const MatrixOptions& options_;

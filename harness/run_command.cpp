@@ -39,6 +39,113 @@ using Clock = std::chrono::steady_clock;
 
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
+// --arms, or every arm of the recipe: the baseline first, then the others in name order.
+std::vector<std::string> SelectArms(const Recipe& recipe, const std::vector<std::string>& asked) {
+  std::vector<std::string> arms = asked.empty() ? recipe.arm_names() : asked;
+  for (const std::string& arm : arms) recipe.arm(arm);  // InputError if unknown
+  std::stable_partition(arms.begin(), arms.end(),
+                        [&](const std::string& a) { return a == recipe.compare.baseline; });
+  for (const std::string& arm : arms) {
+    if (std::count(arms.begin(), arms.end(), arm) > 1) {
+      throw InputError("--arms names '" + arm +
+                       "' twice; each arm trains once into its own folder");
+    }
+  }
+  return arms;
+}
+
+void ValidateOptions(const RunOptions& options, const std::vector<std::string>& switches) {
+  if (options.repeats < 1) throw InputError("--repeats must be >= 1");
+  if (options.update_golden && options.no_golden) {
+    throw InputError(
+        "--update-golden with --no-golden: a golden is replaced only after it was compared "
+        "(drop --no-golden; a golden that cannot be read must be removed by hand)");
+  }
+  if (options.update_golden && !switches.empty()) {
+    throw InputError("--update-golden with developer switches set (" + switches.front() +
+                     "): a golden must come from an unmodified run; unset them");
+  }
+  if (options.update_golden && options.repeats < 2) {
+    throw InputError(
+        "--update-golden needs --repeats >= 2: a golden comes from a run whose "
+        "reproducibility was checked, got --repeats " +
+        std::to_string(options.repeats));
+  }
+}
+
+// --update-golden holds the recipe's folder of the golden store from before the golden is read
+// until it is replaced, so that two updates of one golden cannot interleave their compare and
+// replace. Runs that only check a golden take no lock: a replacement is a rename, so they read
+// the old golden or the new one.
+std::unique_ptr<OutputLock> LockGoldenFolder(const std::string& golden_path) {
+  const fs::path folder = fs::path(golden_path).parent_path();
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) {
+    throw InputError(folder.string() + ": cannot create the golden directory: " + ec.message());
+  }
+  return std::make_unique<OutputLock>(folder.string(),
+                                      "wait for its --update-golden to finish, then run again");
+}
+
+// Whether the ranks record node probes (--probes or [trace] probes = "nodes"); a run that records
+// a golden does, so that a later run under another fingerprint can be told the first operation
+// that differs from it.
+bool RecordsProbes(const RunOptions& options, const Recipe& recipe) {
+  return options.probes || options.update_golden || recipe.trace.node_probes;
+}
+
+// A developer perturbation of one run (not of every run) of `arm`, or null.
+const Perturbation* OneRunPerturbation(const std::vector<Perturbation>& perturbations,
+                                       const std::string& arm) {
+  for (const Perturbation& p : perturbations) {
+    if (p.arm == arm && p.run != 0) return &p;
+  }
+  return nullptr;
+}
+
+// The report of every arm that ran, with one MFU denominator for all of them.
+std::vector<ArmReport> ArmReports(const Recipe& recipe, const std::vector<std::string>& arms,
+                                  const ArmRuns& runs) {
+  std::vector<ArmReport> reports;
+  for (const std::string& arm : arms) {
+    if (!runs.Ran(arm)) continue;
+    ArmReport a{arm, ToString(recipe.arm(arm).engine), {}};
+    for (const ArmRun& r : runs.RunsOf(arm)) {
+      a.runs.push_back(SummarizeRun(*r.trace, r.trace_path, r.seconds, r.index));
+    }
+    reports.push_back(std::move(a));
+  }
+  std::vector<Throughput*> throughputs;
+  for (ArmReport& a : reports) {
+    for (ArmRunReport& r : a.runs) throughputs.push_back(&r.throughput);
+  }
+  ShareBestCeiling(throughputs);
+  return reports;
+}
+
+// One map of where two runs differ for each pair of runs a failed check compared.
+std::vector<DifferenceMap> DifferenceMaps(const std::vector<CheckResult>& checks,
+                                          const std::vector<std::vector<ComparedRun>>& pairs,
+                                          const ArmRuns& runs) {
+  std::vector<DifferenceMap> maps;
+  std::set<std::string> mapped;
+  for (size_t c = 0; c < checks.size() && c < pairs.size(); ++c) {
+    const std::vector<ComparedRun>& sides = pairs[c];
+    if (checks[c].verdict != Verdict::kFail || sides.size() != 2 || sides[0].arm.empty() ||
+        sides[1].arm.empty() || !runs.Ran(sides[0].arm) || !runs.Ran(sides[1].arm)) {
+      continue;
+    }
+    const std::string title = sides[0].arm + " run " + std::to_string(sides[0].run) + " vs " +
+                              sides[1].arm + " run " + std::to_string(sides[1].run);
+    if (!mapped.insert(title).second) continue;
+    DifferenceMap map = MapDifferences(title, runs.TraceOf(sides[0].arm, sides[0].run),
+                                       runs.TraceOf(sides[1].arm, sides[1].run));
+    if (!map.rows.empty()) maps.push_back(std::move(map));
+  }
+  return maps;
+}
+
 class RecipeRun {
  public:
   RecipeRun(const RunOptions& options, std::ostream& console)
@@ -80,8 +187,8 @@ class RecipeRun {
     for (const std::string& warning : CheckResources(recipe_, LocalMachine())) {
       console_ << "warning: " << warning << "\n";
     }
-    SelectArms();
-    ValidateOptions();
+    arms_ = SelectArms(recipe_, options_.arms);
+    ValidateOptions(options_, developer_switches_);
     out_dir_ = options_.out_dir.empty() ? "out/" + recipe_.name : options_.out_dir;
     baseline_ = recipe_.compare.baseline;
     fingerprint_ = LocalFingerprint(recipe_);
@@ -89,62 +196,15 @@ class RecipeRun {
     if (fs::exists(goldens_.dir(), ec) && !fs::is_directory(goldens_.dir(), ec)) {
       throw InputError(goldens_.dir() + ": the golden store is not a directory");
     }
-    if (options_.update_golden) LockGoldenFolder();
+    if (options_.update_golden) {
+      golden_lock_ = LockGoldenFolder(goldens_.PathFor(recipe_.name, fingerprint_));
+    }
     LoadGolden();
     PrepareOutput();
     plan_ = PlanChecks(recipe_, arms_, {options_.repeats, probes()});
     runs_ = std::make_unique<ArmRuns>(recipe_, options_, out_dir_,
                                       ParsePerturbations(options_.perturb, arms_, options_.repeats),
                                       probes(), console_);
-  }
-
-  // --arms, or every arm of the recipe: the baseline first, then the others in name order.
-  void SelectArms() {
-    arms_ = options_.arms.empty() ? recipe_.arm_names() : options_.arms;
-    for (const std::string& arm : arms_) recipe_.arm(arm);  // InputError if unknown
-    std::stable_partition(arms_.begin(), arms_.end(),
-                          [&](const std::string& a) { return a == recipe_.compare.baseline; });
-    for (const std::string& arm : arms_) {
-      if (std::count(arms_.begin(), arms_.end(), arm) > 1) {
-        throw InputError("--arms names '" + arm +
-                         "' twice; each arm trains once into its own folder");
-      }
-    }
-  }
-
-  void ValidateOptions() const {
-    if (options_.repeats < 1) throw InputError("--repeats must be >= 1");
-    if (options_.update_golden && options_.no_golden) {
-      throw InputError(
-          "--update-golden with --no-golden: a golden is replaced only after it was compared "
-          "(drop --no-golden; a golden that cannot be read must be removed by hand)");
-    }
-    if (options_.update_golden && !developer_switches_.empty()) {
-      throw InputError("--update-golden with developer switches set (" +
-                       developer_switches_.front() +
-                       "): a golden must come from an unmodified run; unset them");
-    }
-    if (options_.update_golden && options_.repeats < 2) {
-      throw InputError(
-          "--update-golden needs --repeats >= 2: a golden comes from a run whose "
-          "reproducibility was checked, got --repeats " +
-          std::to_string(options_.repeats));
-    }
-  }
-
-  // --update-golden holds the recipe's folder of the golden store from before the golden is read
-  // until it is replaced, so that two updates of one golden cannot interleave their compare and
-  // replace. Runs that only check a golden take no lock: a replacement is a rename, so they read
-  // the old golden or the new one.
-  void LockGoldenFolder() {
-    const fs::path folder = fs::path(goldens_.PathFor(recipe_.name, fingerprint_)).parent_path();
-    std::error_code ec;
-    fs::create_directories(folder, ec);
-    if (ec) {
-      throw InputError(folder.string() + ": cannot create the golden directory: " + ec.message());
-    }
-    golden_lock_ = std::make_unique<OutputLock>(
-        folder.string(), "wait for its --update-golden to finish, then run again");
   }
 
   // Every folder the runs write, made before any training: an output path that cannot take
@@ -172,12 +232,7 @@ class RecipeRun {
 
   const Trace* golden() const { return golden_lookup_.golden ? &*golden_lookup_.golden : nullptr; }
 
-  // Whether the ranks record node probes (--probes or [trace] probes = "nodes"); a run that
-  // records a golden does, so that a later run under another fingerprint can be told the first
-  // operation that differs from it.
-  bool probes() const {
-    return options_.probes || options_.update_golden || recipe_.trace.node_probes;
-  }
+  bool probes() const { return RecordsProbes(options_, recipe_); }
 
   // After a run that did not finish: every planned check, errored with the reason (or skipped
   // as planned), so that the JUnit file and the report list the same testcases as a run that
@@ -324,11 +379,7 @@ class RecipeRun {
     for (CheckResult& check : checks_) {
       if (check.kind != CheckKind::kReproduces || check.verdict != Verdict::kFail) continue;
       // A developer switch that changes one run is the difference: nothing to attribute.
-      const std::vector<Perturbation>& perturbations = runs_->perturbations();
-      const auto perturbed =
-          std::find_if(perturbations.begin(), perturbations.end(),
-                       [&](const Perturbation& p) { return p.arm == check.arm && p.run != 0; });
-      if (perturbed != perturbations.end()) {
+      if (const Perturbation* perturbed = OneRunPerturbation(runs_->perturbations(), check.arm)) {
         check.details += "attribution: not run: run " + std::to_string(perturbed->run) + " of " +
                          check.arm + " carries --perturb " + perturbed->spec +
                          ", which is the difference\n";
@@ -353,21 +404,9 @@ class RecipeRun {
     report.golden_path = golden_path_;
     report.golden_present = golden() != nullptr;
     report.repeats = options_.repeats;
-    for (const std::string& arm : arms_) {
-      if (!runs_->Ran(arm)) continue;
-      ArmReport a{arm, ToString(recipe_.arm(arm).engine), {}};
-      for (const ArmRun& r : runs_->RunsOf(arm)) {
-        a.runs.push_back(SummarizeRun(*r.trace, r.trace_path, r.seconds, r.index));
-      }
-      report.arms.push_back(std::move(a));
-    }
-    std::vector<Throughput*> throughputs;  // one MFU denominator for every arm
-    for (ArmReport& a : report.arms) {
-      for (ArmRunReport& r : a.runs) throughputs.push_back(&r.throughput);
-    }
-    ShareBestCeiling(throughputs);
+    report.arms = ArmReports(recipe_, arms_, *runs_);
     report.checks = checks_;
-    report.difference_maps = DifferenceMaps();
+    report.difference_maps = DifferenceMaps(checks_, pairs_, *runs_);
     report.seconds = seconds;
     report.timestamp = started_utc_;
     report.developer_switches = developer_switches_;
@@ -379,26 +418,6 @@ class RecipeRun {
     WriteFileAtomically((fs::path(out_dir_) / "report.html").string(), HtmlReport(report));
     console_ << ConsoleReport(report) << std::flush;
     return report;
-  }
-
-  // One map of where two runs differ for each pair of runs a failed check compared.
-  std::vector<DifferenceMap> DifferenceMaps() const {
-    std::vector<DifferenceMap> maps;
-    std::set<std::string> mapped;
-    for (size_t c = 0; c < checks_.size() && c < pairs_.size(); ++c) {
-      const std::vector<ComparedRun>& sides = pairs_[c];
-      if (checks_[c].verdict != Verdict::kFail || sides.size() != 2 || sides[0].arm.empty() ||
-          sides[1].arm.empty() || !runs_->Ran(sides[0].arm) || !runs_->Ran(sides[1].arm)) {
-        continue;
-      }
-      const std::string title = sides[0].arm + " run " + std::to_string(sides[0].run) + " vs " +
-                                sides[1].arm + " run " + std::to_string(sides[1].run);
-      if (!mapped.insert(title).second) continue;
-      DifferenceMap map = MapDifferences(title, runs_->TraceOf(sides[0].arm, sides[0].run),
-                                         runs_->TraceOf(sides[1].arm, sides[1].run));
-      if (!map.rows.empty()) maps.push_back(std::move(map));
-    }
-    return maps;
   }
 
   const RunOptions& options_;

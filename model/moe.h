@@ -53,6 +53,18 @@ struct DispatchPayload {
   at::Tensor tokens;
   at::Tensor probs;
   at::Tensor route_mask;
+
+  // As a schedule node's list of tensors: tokens and probs, the kWithGradient tensors that carry
+  // gradients, then the routing mask where there is one (flex), which travels without.
+  static constexpr size_t kWithGradient = 2;
+  std::vector<at::Tensor> ToList() const {
+    std::vector<at::Tensor> list{tokens, probs};
+    if (route_mask.defined()) list.push_back(route_mask);
+    return list;
+  }
+  static DispatchPayload FromList(const std::vector<at::Tensor>& list) {
+    return {list.at(0), list.at(1), list.size() > kWithGradient ? list[2] : at::Tensor()};
+  }
 };
 
 // Orders the local tokens for sending and exchanges the split sizes with every rank (a small

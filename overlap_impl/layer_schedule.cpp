@@ -231,20 +231,18 @@ void LayerSchedule::AttnForward(const at::Tensor& input, Phase phase) {
     }
     if (!moe_) return std::vector<at::Tensor>{out.mlp_input};
     routing_ = out.plan;
-    if (context_->stale_routing) context_->stale_routing->Remember(weights_->index, out.plan);
-    std::vector<at::Tensor> outputs{out.payload.tokens, out.payload.probs};
-    if (out.payload.route_mask.defined()) outputs.push_back(out.payload.route_mask);
-    return outputs;
+    context_->routing->Built(weights_->index, out.plan);
+    return out.payload.ToList();
   });
   Record(NodeKind::kAttn, phase, begin);
   Probe(NodeKind::kAttn, phase, attn_.outputs());
 }
 
 void LayerSchedule::DispatchForward() {
-  // attn's outputs: the tokens and their probabilities (a dense layer: the MLP input), then the
-  // routing mask, which travels without gradient.
+  // attn's outputs: the dispatch payload's list (a dense layer: the MLP input alone); what carries
+  // gradients travels with them, the routing mask without.
   const std::vector<at::Tensor>& out = attn_.outputs();
-  const size_t carried = std::min<size_t>(out.size(), 2);
+  const size_t carried = std::min(out.size(), DispatchPayload::kWithGradient);
   dispatch_.StartForward(
       &context_->model->comm(), std::vector<at::Tensor>(out.begin(), out.begin() + carried),
       std::vector<at::Tensor>(out.begin() + carried, out.end()), SendSplits(), RecvSplits());
@@ -256,11 +254,12 @@ void LayerSchedule::MlpForward(Phase phase) {
   std::vector<at::Tensor> received = Received(dispatch_, phase);
   const int64_t begin = SteadyNanoseconds();
   if (moe_) {
-    at::Tensor mask = received.size() > 2 ? received[2] : at::Tensor();
-    mlp_.Forward({received[0], received[1]}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
-      DispatchPayload payload{in[0], in[1], mask};
-      return std::vector<at::Tensor>{model->LayerExperts(*weights_, payload, *routing_)};
-    });
+    const DispatchPayload arrived = DispatchPayload::FromList(received);
+    mlp_.Forward(
+        {arrived.tokens, arrived.probs}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
+          const DispatchPayload payload{in[0], in[1], arrived.route_mask};
+          return std::vector<at::Tensor>{model->LayerExperts(*weights_, payload, *routing_)};
+        });
   } else {
     mlp_.Forward({received[0]}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
       return std::vector<at::Tensor>{model->LayerDenseMlp(*weights_, in[0])};
@@ -296,14 +295,8 @@ void LayerSchedule::FinishCombine(Phase phase) {
     return;
   }
   combine_.Forward({rows}, [&](ComputeNode&, const std::vector<at::Tensor>& in) {
-    at::Tensor out;
-    if (routing_ && context_->stale_routing) {
-      at::Tensor unpermuted = context_->stale_routing->Unpermute(weights_->index, in[0]);
-      out = model->LayerCombine(*weights_, unpermuted.view(residual_.sizes()), residual_, nullptr,
-                                state);
-    } else {
-      out = model->LayerCombine(*weights_, in[0], residual_, routing_.get(), state);
-    }
+    at::Tensor out =
+        context_->routing->Combine(*model, *weights_, in[0], residual_, routing_.get(), state);
     if (last_decoder_) out = model->FinalNorm(out);
     return std::vector<at::Tensor>{out};
   });

@@ -16,8 +16,8 @@
 
 #include "model/gpt.h"
 #include "overlap_impl/combined_step_plan.h"
+#include "overlap_impl/routing_source.h"
 #include "overlap_impl/schedule_node.h"
-#include "overlap_impl/stale_routing_fault.h"
 
 namespace bitparity {
 
@@ -44,7 +44,7 @@ struct OverlapContext {
   Communicator* pipeline = nullptr;                // the pipeline group, when pp > 1
   std::vector<PendingTransfer>* sends = nullptr;   // started sends, the engine's to wait for
   std::vector<TimelineEvent>* timeline = nullptr;  // optional
-  StaleRoutingFault* stale_routing = nullptr;      // only under that injected bug
+  RoutingSource* routing = nullptr;                // CarriedRouting, or the stale-routing fault
 };
 
 class LayerSchedule {

@@ -23,14 +23,16 @@ OverlapEngine::OverlapEngine(GptModel* model, const ArmConfig& arm, int64_t micr
                            " ranks needs its pipeline group");
   }
   if (bugs.stale_routing_metadata) {
-    stale_routing_ =
+    routing_ =
         std::make_unique<StaleRoutingFault>(model->config().layers + model->config().mtp_layers);
+  } else {
+    routing_ = std::make_unique<CarriedRouting>();
   }
   context_.model = model;
   context_.plan = &plan_;
   context_.pipeline = pipeline_.get();
   context_.sends = &sends_;
-  context_.stale_routing = stale_routing_.get();
+  context_.routing = routing_.get();
 }
 
 std::vector<std::string> OverlapEngine::warnings() const {

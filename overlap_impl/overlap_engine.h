@@ -54,7 +54,7 @@ class OverlapEngine : public Engine {
   GptModel* model_;
   CombinedStepPlan plan_;
   std::shared_ptr<Communicator> pipeline_;
-  std::unique_ptr<StaleRoutingFault> stale_routing_;
+  std::unique_ptr<RoutingSource> routing_;  // CarriedRouting, or the stale-routing fault
   OverlapContext context_;
   std::vector<PendingTransfer> sends_;  // started this iteration, not yet through
   bool record_timeline_ = false;

@@ -32,8 +32,16 @@ class StaleUnpermuteBackward : public torch::autograd::Node {
 
 StaleRoutingFault::StaleRoutingFault(int64_t layers) : latest_(static_cast<size_t>(layers)) {}
 
-void StaleRoutingFault::Remember(int64_t layer, std::shared_ptr<const RoutingPlan> plan) {
-  latest_.at(static_cast<size_t>(layer)) = std::move(plan);
+void StaleRoutingFault::Built(int64_t layer, const std::shared_ptr<const RoutingPlan>& plan) {
+  latest_.at(static_cast<size_t>(layer)) = plan;
+}
+
+at::Tensor StaleRoutingFault::Combine(const GptModel& model, const LayerWeights& layer,
+                                      const at::Tensor& rows, const at::Tensor& residual,
+                                      const RoutingPlan* plan, const ChunkState& state) const {
+  if (plan == nullptr) return model.LayerCombine(layer, rows, residual, nullptr, state);
+  const at::Tensor unpermuted = Unpermute(layer.index, rows);
+  return model.LayerCombine(layer, unpermuted.view(residual.sizes()), residual, nullptr, state);
 }
 
 at::Tensor StaleRoutingFault::Unpermute(int64_t layer, const at::Tensor& rows) const {

@@ -16,15 +16,21 @@
 #include <vector>
 
 #include "model/moe.h"
+#include "overlap_impl/routing_source.h"
 
 namespace bitparity {
 
-class StaleRoutingFault {
+class StaleRoutingFault final : public RoutingSource {
  public:
   explicit StaleRoutingFault(int64_t layers);
 
   // `plan` becomes the layer's one plan, as a shared dispatcher would hold it.
-  void Remember(int64_t layer, std::shared_ptr<const RoutingPlan> plan);
+  void Built(int64_t layer, const std::shared_ptr<const RoutingPlan>& plan) override;
+
+  // A MoE layer's combine unpermutes with Unpermute; a dense layer's is the schedule's own.
+  at::Tensor Combine(const GptModel& model, const LayerWeights& layer, const at::Tensor& rows,
+                     const at::Tensor& residual, const RoutingPlan* plan,
+                     const ChunkState& state) const override;
 
   // The combine's unpermutation of `rows` with the layer's plan of now, whose backward reads the
   // layer's plan of when it runs: the other microbatch's, if its attn forward ran in between.

@@ -8,23 +8,20 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
 namespace {
 
 std::string RecipeToml() {
-  return "name = \"attribution\"\n" + testing::SmallModelTable(2, 0) + R"([parallel]
-ep = 2
-threads = 2
-timeout_s = 120
-[train]
-micro_batch = 2
-global_batch = 8
-iterations = 3
-[arms.reference]
-engine = "reference"
-)";
+  return testing::RecipeBuilder(2, 0)
+      .Set("name", "attribution")
+      .Set("parallel.threads", 2)
+      .Set("parallel.timeout_s", 120)
+      .Batches(8, 3)
+      .Arm("reference", "reference")
+      .Text();
 }
 
 nlohmann::json ReproducesCheck(const nlohmann::json& report) {

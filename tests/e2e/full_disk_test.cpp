@@ -16,6 +16,7 @@
 #include "comm/rank_protocol.h"
 #include "core/errors.h"
 #include "harness/process.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "tests/support/trace_builder.h"
 #include "trace/trace.h"
@@ -27,18 +28,13 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string RecipeToml() {
-  return "name = \"small\"\n" + testing::SmallModelTable(3, 1) + R"([parallel]
-ep = 2
-timeout_s = 60
-[train]
-micro_batch = 2
-global_batch = 8
-iterations = 4
-[trace]
-dump_grads_at = [4]
-[arms.reference]
-engine = "reference"
-)";
+  return testing::RecipeBuilder(3, 1)
+      .Set("name", "small")
+      .Set("parallel.timeout_s", 60)
+      .Batches(8, 4)
+      .SetList("trace.dump_grads_at", {4})
+      .Arm("reference", "reference")
+      .Text();
 }
 
 bool UserNamespacesWork() {

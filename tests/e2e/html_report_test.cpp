@@ -10,28 +10,21 @@
 #include <sstream>
 #include <string>
 
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
 namespace {
 
 std::string RecipeToml() {
-  return "name = \"html\"\n" + testing::SmallModelTable(2, 0) + R"([parallel]
-ep = 2
-timeout_s = 120
-[train]
-micro_batch = 2
-global_batch = 8
-iterations = 4
-[recompute]
-granularity = "full"
-method = "uniform"
-num_layers = 1
-[arms.reference]
-engine = "reference"
-[arms.overlap]
-engine = "overlap"
-)";
+  return testing::RecipeBuilder(2, 0)
+      .Set("name", "html")
+      .Set("parallel.timeout_s", 120)
+      .Batches(8, 4)
+      .FullRecomputeAll("uniform", 1)
+      .Arm("reference", "reference")
+      .Arm("overlap", "overlap")
+      .Text();
 }
 
 std::string Chromium() {

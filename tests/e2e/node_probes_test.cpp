@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness/probe_compare.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "trace/trace.h"
 
@@ -19,24 +20,15 @@ namespace bitparity {
 namespace {
 
 std::string RecipeToml() {
-  return "name = \"probes\"\n" + testing::SmallModelTable(3, 1) + R"([parallel]
-ep = 2
-timeout_s = 120
-[train]
-micro_batch = 2
-global_batch = 8
-iterations = 3
-[recompute]
-granularity = "full"
-method = "uniform"
-num_layers = 1
-[precision]
-recipe = "fp32"
-[arms.reference]
-engine = "reference"
-[arms.overlap]
-engine = "overlap"
-)";
+  return testing::RecipeBuilder(3, 1)
+      .Set("name", "probes")
+      .Set("parallel.timeout_s", 120)
+      .Batches(8, 3)
+      .FullRecomputeAll("uniform", 1)
+      .Set("precision.recipe", "fp32")
+      .Arm("reference", "reference")
+      .Arm("overlap", "overlap")
+      .Text();
 }
 
 const nlohmann::json& CheckNamed(const nlohmann::json& report, const std::string& name) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 
 namespace bitparity {
@@ -22,25 +23,16 @@ namespace {
 constexpr double kBound = 0.08;
 
 std::string RecipeToml(double hidden_at_least) {
-  return "name = \"gate\"\n" + testing::SmallModelTable(3, 0) + R"([parallel]
-ep = 2
-timeout_s = 120
-[train]
-micro_batch = 2
-global_batch = 16
-iterations = 4
-[recompute]
-granularity = "full"
-method = "uniform"
-num_layers = 1
-[arms.reference]
-engine = "reference"
-[arms.overlap]
-engine = "overlap"
-[[compare.overlap]]
-arm = "overlap"
-hidden_at_least = )" +
-         std::to_string(hidden_at_least) + "\n";
+  return testing::RecipeBuilder(3, 0)
+      .Set("name", "gate")
+      .Set("parallel.timeout_s", 120)
+      .Batches(16, 4)
+      .FullRecomputeAll("uniform", 1)
+      .Arm("reference", "reference")
+      .Arm("overlap", "overlap")
+      .AddTable("compare.overlap",
+                "arm = \"overlap\"\nhidden_at_least = " + std::to_string(hidden_at_least))
+      .Text();
 }
 
 struct GateRun {

@@ -47,6 +47,30 @@ RecipeBuilder& RecipeBuilder::Set(const std::string& key, const std::string& val
   return *this;
 }
 
+RecipeBuilder& RecipeBuilder::SetList(const std::string& key, const std::vector<int64_t>& values) {
+  toml::array list;
+  for (int64_t v : values) list.push_back(v);
+  std::string leaf;
+  TableOf(key, &leaf).insert_or_assign(leaf, list);
+  return *this;
+}
+
+RecipeBuilder& RecipeBuilder::AddTable(const std::string& key, const std::string& table) {
+  std::string leaf;
+  toml::table& parent = TableOf(key, &leaf);
+  if (!parent.contains(leaf)) parent.insert(leaf, toml::array{});
+  toml::array* tables = parent[leaf].as_array();
+  if (tables == nullptr) throw std::logic_error("RecipeBuilder: " + key + " is not an array");
+  tables->push_back(toml::parse(table));
+  return *this;
+}
+
+RecipeBuilder& RecipeBuilder::FullRecomputeAll(const std::string& method, int num_layers) {
+  return Set("recompute.granularity", "full")
+      .Set("recompute.method", method)
+      .Set("recompute.num_layers", num_layers);
+}
+
 RecipeBuilder& RecipeBuilder::Arm(const std::string& name, const std::string& engine,
                                   const std::string& overrides) {
   toml::table arm = toml::parse(overrides);

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/recipe.h"
 
@@ -40,6 +41,12 @@ class RecipeBuilder {
   // [model] hidden, moe_ffn, ffn, vocab and seq_len at once (a model other than the small one).
   RecipeBuilder& ModelShape(int64_t hidden, int64_t moe_ffn, int64_t ffn, int64_t vocab,
                             int64_t seq_len);
+  // An integer list ("trace.dump_grads_at").
+  RecipeBuilder& SetList(const std::string& key, const std::vector<int64_t>& values);
+  // Appends a table, given as TOML lines, to the array of tables `key` ("compare.overlap").
+  RecipeBuilder& AddTable(const std::string& key, const std::string& table);
+  // The recipe's [recompute]: granularity "full", `method`, `num_layers`.
+  RecipeBuilder& FullRecomputeAll(const std::string& method, int num_layers);
   // [train] global_batch and iterations.
   RecipeBuilder& Batches(int64_t global_batch, int64_t iterations);
   // pp pipeline ranks with two model chunks each, and 16 samples per iteration (enough

@@ -15,8 +15,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 Perturbation ParsePerturbation(const std::string& text, const std::vector<std::string>& arms,
                                int64_t repeats) {
   const size_t a = text.find(':');
@@ -45,6 +43,8 @@ Perturbation ParsePerturbation(const std::string& text, const std::vector<std::s
 }
 
 }  // namespace
+
+std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 std::vector<Perturbation> ParsePerturbations(const std::vector<std::string>& texts,
                                              const std::vector<std::string>& arms,

@@ -51,6 +51,9 @@ struct ArmRun {
 };
 
 // How the runs ended when one did not finish: the run's error check (kRun) and what failed.
+// The first line of a failure text: the one-line form a check's summary shows.
+std::string FirstLine(const std::string& text);
+
 struct RunsStopped {
   std::optional<CheckResult> failed_run;  // absent when interrupted between two runs
   std::string reason;

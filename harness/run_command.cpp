@@ -37,8 +37,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 // --arms, or every arm of the recipe: the baseline first, then the others in name order.
 std::vector<std::string> SelectArms(const Recipe& recipe, const std::vector<std::string>& asked) {
   std::vector<std::string> arms = asked.empty() ? recipe.arm_names() : asked;

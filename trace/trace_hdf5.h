@@ -3,7 +3,7 @@
 
 // The HDF5 side of the trace format (docs/trace-format.md) that its writer (trace_writer.cpp) and
 // reader (trace_reader.cpp) share: handle ownership, group names, and the columns of the
-// per-iteration records and the replay census. Internal to core/; torch-free.
+// per-iteration records and of the table sections. Internal to trace/; torch-free.
 
 #include <hdf5.h>
 
@@ -135,20 +135,57 @@ constexpr IterationColumn kIterationColumns[] = {
     {"gemm_flops_other", &IterationRecord::gemm_flops_other, true},
 };
 
-// The replay census's datasets under rank_<r>/replay_census/, one per ReplayCensusSample member.
-struct CensusColumn {
+// One column of a table section (a group with one dataset per column, a row per element): its
+// dataset name, the row member it holds, and whether a trace may lack it (a column recorded
+// later; older traces read it as the member's default). The writer and the reader walk the same
+// list, so a new column is one line here (and one in docs/trace-format.md).
+template <typename Row>
+struct TableColumn {
   const char* name;
-  int64_t ReplayCensusSample::*member;
+  std::variant<int64_t Row::*, uint64_t Row::*, std::string Row::*> member;
+  bool optional;
 };
 
-constexpr CensusColumn kCensusColumns[] = {
-    {"iteration", &ReplayCensusSample::iteration},
-    {"chunk", &ReplayCensusSample::chunk},
-    {"microbatch", &ReplayCensusSample::microbatch},
-    {"segment", &ReplayCensusSample::segment},
-    {"live_bytes", &ReplayCensusSample::live_bytes},
-    {"model_bytes", &ReplayCensusSample::model_bytes},
-    {"segment_bytes", &ReplayCensusSample::segment_bytes},
+// rank_<r>/memory_timeline/.
+inline const TableColumn<MemorySample> kMemoryTimelineColumns[] = {
+    {"iteration", &MemorySample::iteration, false},
+    {"time_ns", &MemorySample::time_ns, false},
+    {"current_bytes", &MemorySample::current_bytes, false},
+    {"peak_bytes", &MemorySample::peak_bytes, false},
+    {"label", &MemorySample::label, false},
+};
+
+// rank_<r>/schedule_timeline/; phase and wait_ns are absent from traces written before they
+// were recorded.
+inline const TableColumn<ScheduleInterval> kScheduleTimelineColumns[] = {
+    {"microbatch", &ScheduleInterval::microbatch, false},
+    {"comm", &ScheduleInterval::comm, false},
+    {"begin_ns", &ScheduleInterval::begin_ns, false},
+    {"end_ns", &ScheduleInterval::end_ns, false},
+    {"wait_ns", &ScheduleInterval::wait_ns, true},
+    {"node", &ScheduleInterval::node, false},
+    {"phase", &ScheduleInterval::phase, true},
+};
+
+// rank_<r>/replay_census/.
+inline const TableColumn<ReplayCensusSample> kReplayCensusColumns[] = {
+    {"iteration", &ReplayCensusSample::iteration, false},
+    {"chunk", &ReplayCensusSample::chunk, false},
+    {"microbatch", &ReplayCensusSample::microbatch, false},
+    {"segment", &ReplayCensusSample::segment, false},
+    {"live_bytes", &ReplayCensusSample::live_bytes, false},
+    {"model_bytes", &ReplayCensusSample::model_bytes, false},
+    {"segment_bytes", &ReplayCensusSample::segment_bytes, false},
+};
+
+// rank_<r>/probes/, less the shape column ("2,8,64"), which the writer joins and the reader
+// parses.
+inline const TableColumn<ProbeRecord> kProbeColumns[] = {
+    {"iteration", &ProbeRecord::iteration, false}, {"microbatch", &ProbeRecord::microbatch, false},
+    {"chunk", &ProbeRecord::chunk, false},         {"slot", &ProbeRecord::slot, false},
+    {"digest", &ProbeRecord::digest, false},       {"layer", &ProbeRecord::layer, false},
+    {"node", &ProbeRecord::node, false},           {"phase", &ProbeRecord::phase, false},
+    {"dtype", &ProbeRecord::dtype, false},
 };
 
 }  // namespace trace_hdf5

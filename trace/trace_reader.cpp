@@ -251,10 +251,7 @@ class Reader {
     }
     rank.attributes = StringAttributes(g);
     ReadIterations(g, group_name, &rank);
-    ReadMemoryTimeline(g, &rank);
-    ReadScheduleTimeline(g, &rank);
-    ReadReplayCensus(g, &rank);
-    ReadProbes(g, &rank);
+    ReadTables(g, &rank);
     ReadGradDumps(g, &rank);
     return rank;
   }
@@ -335,76 +332,51 @@ class Reader {
     return values;
   }
 
-  void ReadMemoryTimeline(hid_t g, RankTrace* out) const {
-    const std::optional<Table> table = OpenTable(g, "memory_timeline", "iteration");
-    if (!table) return;
-    auto it = Int64Column(*table, "iteration");
-    auto t = Int64Column(*table, "time_ns");
-    auto current = Int64Column(*table, "current_bytes");
-    auto peak_bytes = Int64Column(*table, "peak_bytes");
-    std::vector<std::string> labels = StringColumn(*table, "label");
-    for (size_t i = 0; i < it.size(); ++i) {
-      out->memory_timeline.push_back({it[i], t[i], current[i], peak_bytes[i], labels[i]});
+  // A table section into `rows`, one per element of its columns (left empty when the trace has
+  // no such group); the table, for a column read by hand.
+  template <typename Row, size_t N>
+  std::optional<Table> ReadTable(hid_t g, const char* name, const TableColumn<Row> (&columns)[N],
+                                 std::vector<Row>* rows) const {
+    std::optional<Table> table = OpenTable(g, name, columns[0].name);
+    if (!table) return table;
+    rows->assign(table->dims[0], Row{});
+    for (const TableColumn<Row>& column : columns) {
+      if (column.optional && H5Lexists(table->get(), column.name, H5P_DEFAULT) <= 0) continue;
+      std::visit([&](auto member) { ReadColumn(*table, column.name, member, rows); },
+                 column.member);
     }
+    return table;
   }
 
-  void ReadScheduleTimeline(hid_t g, RankTrace* out) const {
-    const std::optional<Table> table = OpenTable(g, "schedule_timeline", "begin_ns");
-    if (!table) return;
-    auto microbatch = Int64Column(*table, "microbatch");
-    auto comm = Int64Column(*table, "comm");
-    auto begin = Int64Column(*table, "begin_ns");
-    auto end = Int64Column(*table, "end_ns");
-    std::vector<std::string> node = StringColumn(*table, "node");
-    // Phases and waits: absent from traces written before they were recorded.
-    std::vector<std::string> phase(begin.size());
-    std::vector<int64_t> wait(begin.size(), 0);
-    if (H5Lexists(table->get(), "phase", H5P_DEFAULT) > 0) {
-      phase = StringColumn(*table, "phase");
-      wait = Int64Column(*table, "wait_ns");
-    }
-    for (size_t i = 0; i < begin.size(); ++i) {
-      out->schedule_timeline.push_back(
-          {node[i], microbatch[i], comm[i], begin[i], end[i], phase[i], wait[i]});
-    }
+  template <typename Row>
+  void ReadColumn(const Table& table, const char* name, int64_t Row::*member,
+                  std::vector<Row>* rows) const {
+    const std::vector<int64_t> values = Int64Column(table, name);
+    for (size_t i = 0; i < values.size(); ++i) (*rows)[i].*member = values[i];
+  }
+  template <typename Row>
+  void ReadColumn(const Table& table, const char* name, uint64_t Row::*member,
+                  std::vector<Row>* rows) const {
+    const std::vector<uint64_t> values =
+        Read<uint64_t>(table.get(), name, H5T_NATIVE_UINT64, H5T_INTEGER, table.dims, H5T_SGN_NONE);
+    for (size_t i = 0; i < values.size(); ++i) (*rows)[i].*member = values[i];
+  }
+  template <typename Row>
+  void ReadColumn(const Table& table, const char* name, std::string Row::*member,
+                  std::vector<Row>* rows) const {
+    std::vector<std::string> values = StringColumn(table, name);
+    for (size_t i = 0; i < values.size(); ++i) (*rows)[i].*member = std::move(values[i]);
   }
 
-  void ReadReplayCensus(hid_t g, RankTrace* out) const {
-    const std::optional<Table> table = OpenTable(g, "replay_census", "iteration");
-    if (!table) return;
-    out->replay_census.resize(table->dims[0]);
-    for (const auto& [name, member] : kCensusColumns) {
-      auto values = Int64Column(*table, name);
-      for (size_t i = 0; i < values.size(); ++i) out->replay_census[i].*member = values[i];
-    }
-  }
-
-  void ReadProbes(hid_t g, RankTrace* out) const {
-    const std::optional<Table> table = OpenTable(g, "probes", "iteration");
-    if (!table) return;
-    auto iteration = Int64Column(*table, "iteration");
-    auto microbatch = Int64Column(*table, "microbatch");
-    auto chunk = Int64Column(*table, "chunk");
-    auto slot = Int64Column(*table, "slot");
-    auto digest = Read<uint64_t>(table->get(), "digest", H5T_NATIVE_UINT64, H5T_INTEGER,
-                                 table->dims, H5T_SGN_NONE);
-    std::vector<std::vector<std::string>> text;
-    for (const char* column : {"layer", "node", "phase", "dtype", "shape"}) {
-      text.push_back(StringColumn(*table, column));
-    }
-    for (size_t i = 0; i < iteration.size(); ++i) {
-      ProbeRecord p;
-      p.iteration = iteration[i];
-      p.microbatch = microbatch[i];
-      p.chunk = chunk[i];
-      p.slot = slot[i];
-      p.digest = digest[i];
-      p.layer = text[0][i];
-      p.node = text[1][i];
-      p.phase = text[2][i];
-      p.dtype = text[3][i];
-      p.shape = ParseShape(text[4][i], "probes/shape #" + std::to_string(i));
-      out->probes.push_back(std::move(p));
+  void ReadTables(hid_t g, RankTrace* out) const {
+    ReadTable(g, "memory_timeline", kMemoryTimelineColumns, &out->memory_timeline);
+    ReadTable(g, "schedule_timeline", kScheduleTimelineColumns, &out->schedule_timeline);
+    ReadTable(g, "replay_census", kReplayCensusColumns, &out->replay_census);
+    const std::optional<Table> probes = ReadTable(g, "probes", kProbeColumns, &out->probes);
+    if (!probes) return;
+    const std::vector<std::string> shapes = StringColumn(*probes, "shape");
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      out->probes[i].shape = ParseShape(shapes[i], "probes/shape #" + std::to_string(i));
     }
   }
 

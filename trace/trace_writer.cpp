@@ -115,10 +115,7 @@ class Writer {
     for (const auto& [key, value] : rank.attributes) StringAttribute(group.get(), key, value);
     const hid_t g = group.get();
     WriteIterations(g, rank);
-    WriteMemoryTimeline(g, rank);
-    WriteScheduleTimeline(g, rank);
-    WriteReplayCensus(g, rank);
-    WriteProbes(g, rank);
+    WriteTables(g, rank);
     WriteGradDumps(g, rank);
   }
 
@@ -184,57 +181,29 @@ class Writer {
     StringDataset(g, name, values);
   }
 
-  void WriteMemoryTimeline(hid_t g, const RankTrace& rank) const {
-    const std::vector<MemorySample>& rows = rank.memory_timeline;
-    if (rows.empty()) return;
-    Hid timeline = Group(g, "memory_timeline");
-    const hid_t tg = timeline.get();
-    Column(tg, "iteration", rows, &MemorySample::iteration);
-    Column(tg, "time_ns", rows, &MemorySample::time_ns);
-    Column(tg, "current_bytes", rows, &MemorySample::current_bytes);
-    Column(tg, "peak_bytes", rows, &MemorySample::peak_bytes);
-    Column(tg, "label", rows, &MemorySample::label);
-  }
-
-  void WriteScheduleTimeline(hid_t g, const RankTrace& rank) const {
-    const std::vector<ScheduleInterval>& rows = rank.schedule_timeline;
-    if (rows.empty()) return;
-    Hid timeline = Group(g, "schedule_timeline");
-    const hid_t tg = timeline.get();
-    Column(tg, "microbatch", rows, &ScheduleInterval::microbatch);
-    Column(tg, "comm", rows, &ScheduleInterval::comm);
-    Column(tg, "begin_ns", rows, &ScheduleInterval::begin_ns);
-    Column(tg, "end_ns", rows, &ScheduleInterval::end_ns);
-    Column(tg, "wait_ns", rows, &ScheduleInterval::wait_ns);
-    Column(tg, "node", rows, &ScheduleInterval::node);
-    Column(tg, "phase", rows, &ScheduleInterval::phase);
-  }
-
-  void WriteReplayCensus(hid_t g, const RankTrace& rank) const {
-    if (rank.replay_census.empty()) return;
-    Hid census = Group(g, "replay_census");
-    for (const auto& [name, member] : kCensusColumns) {
-      Column(census.get(), name, rank.replay_census, member);
+  // A table section: nothing when `rows` is empty, else a group `name` with one dataset per
+  // column; the group's handle, for a column written by hand.
+  template <typename Row, size_t N>
+  Hid WriteTable(hid_t g, const char* name, const std::vector<Row>& rows,
+                 const TableColumn<Row> (&columns)[N]) const {
+    if (rows.empty()) return Hid();
+    Hid table = Group(g, name);
+    for (const TableColumn<Row>& column : columns) {
+      std::visit([&](auto member) { Column(table.get(), column.name, rows, member); },
+                 column.member);
     }
+    return table;
   }
 
-  void WriteProbes(hid_t g, const RankTrace& rank) const {
-    const std::vector<ProbeRecord>& rows = rank.probes;
-    if (rows.empty()) return;
-    Hid probes = Group(g, "probes");
-    const hid_t pg = probes.get();
-    Column(pg, "iteration", rows, &ProbeRecord::iteration);
-    Column(pg, "microbatch", rows, &ProbeRecord::microbatch);
-    Column(pg, "chunk", rows, &ProbeRecord::chunk);
-    Column(pg, "slot", rows, &ProbeRecord::slot);
-    Column(pg, "digest", rows, &ProbeRecord::digest);
-    Column(pg, "layer", rows, &ProbeRecord::layer);
-    Column(pg, "node", rows, &ProbeRecord::node);
-    Column(pg, "phase", rows, &ProbeRecord::phase);
-    Column(pg, "dtype", rows, &ProbeRecord::dtype);
+  void WriteTables(hid_t g, const RankTrace& rank) const {
+    WriteTable(g, "memory_timeline", rank.memory_timeline, kMemoryTimelineColumns);
+    WriteTable(g, "schedule_timeline", rank.schedule_timeline, kScheduleTimelineColumns);
+    WriteTable(g, "replay_census", rank.replay_census, kReplayCensusColumns);
+    Hid probes = WriteTable(g, "probes", rank.probes, kProbeColumns);
+    if (!probes.valid()) return;
     std::vector<std::string> shapes;
-    for (const ProbeRecord& p : rows) shapes.push_back(JoinShape(p.shape));
-    StringDataset(pg, "shape", shapes);
+    for (const ProbeRecord& p : rank.probes) shapes.push_back(JoinShape(p.shape));
+    StringDataset(probes.get(), "shape", shapes);
   }
 
   void WriteGradDumps(hid_t g, const RankTrace& rank) const {

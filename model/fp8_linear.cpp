@@ -183,24 +183,19 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             int64_t recipe, int64_t backend) {
-    const int64_t k = x.size(-1);
-    const at::Tensor x2 = x.reshape({-1, k});
+    const at::Tensor x2 = SaveLinearInputs(ctx, x, weight);
+    ctx->saved_data["recipe"] = recipe;
+    ctx->saved_data["backend"] = backend;
     const at::Tensor y =
         Fp8GemmsOf(static_cast<Fp8Backend>(backend))
             .Forward(x2, weight, Fp8RecipeOf(static_cast<PrecisionRecipe>(recipe)));
-    ctx->save_for_backward({x2, weight});
-    ctx->saved_data["wgrad_sink"] = CurrentWgradSinkHandle();
-    ctx->saved_data["recipe"] = recipe;
-    ctx->saved_data["backend"] = backend;
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape.back() = weight.size(0);
-    return y.view(shape);
+    return y.view(WithLastDimension(x.sizes(), weight.size(0)));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list saved = ctx->get_saved_variables();
-    const at::Tensor x2 = saved[0];
-    const at::Tensor weight = saved[1];
+    const SavedLinear saved = SavedLinearOf(ctx);
+    const at::Tensor& x2 = saved.x2;
+    const at::Tensor& weight = saved.weight;
     const Fp8Recipe& recipe =
         Fp8RecipeOf(static_cast<PrecisionRecipe>(ctx->saved_data["recipe"].toInt()));
     const Fp8Gemms& gemms = Fp8GemmsOf(static_cast<Fp8Backend>(ctx->saved_data["backend"].toInt()));
@@ -210,11 +205,9 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     auto wgrad = [g, x2, weight, &recipe, &gemms] {
       return gemms.Wgrad(g, x2, recipe).to(weight.scalar_type());
     };
-    const at::Tensor dw =
-        WeightGradientNowOrLater(ctx->saved_data["wgrad_sink"].toInt(), weight, std::move(wgrad));
-    std::vector<int64_t> shape = grads[0].sizes().vec();
-    shape.back() = weight.size(1);
-    return {dx.view(shape).to(grads[0].scalar_type()), dw, at::Tensor(), at::Tensor()};
+    const at::Tensor dw = WeightGradientNowOrLater(saved.wgrad_sink, weight, std::move(wgrad));
+    return {dx.view(WithLastDimension(grads[0].sizes(), weight.size(1))).to(grads[0].scalar_type()),
+            dw, at::Tensor(), at::Tensor()};
   }
 };
 

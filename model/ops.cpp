@@ -91,21 +91,15 @@ class FanoutFunction : public torch::autograd::Function<FanoutFunction> {
 class LinearFunction : public torch::autograd::Function<LinearFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight) {
-    const int64_t k = x.size(-1);
-    const at::Tensor x2 = x.reshape({-1, k});
-    at::Tensor y = gemm::Multiply(x2, weight.t());
-    ctx->save_for_backward({x2, weight});
-    ctx->saved_data["wgrad_sink"] = CurrentWgradSinkHandle();
+    const at::Tensor x2 = SaveLinearInputs(ctx, x, weight);
     ctx->saved_data["x_shape"] = x.sizes().vec();
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape.back() = weight.size(0);
-    return y.view(shape);
+    return gemm::Multiply(x2, weight.t()).view(WithLastDimension(x.sizes(), weight.size(0)));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list saved = ctx->get_saved_variables();
-    const at::Tensor x2 = saved[0];
-    const at::Tensor weight = saved[1];
+    const SavedLinear saved = SavedLinearOf(ctx);
+    const at::Tensor& x2 = saved.x2;
+    const at::Tensor& weight = saved.weight;
     const at::Tensor g = grads[0].reshape({-1, weight.size(0)});
     const at::Tensor mat2 = weight.t();  // what the forward's mm multiplied by
     at::Tensor dx;
@@ -122,8 +116,7 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     };
     at::Tensor dw;
     if (ctx->needs_input_grad(1)) {
-      dw =
-          WeightGradientNowOrLater(ctx->saved_data["wgrad_sink"].toInt(), weight, std::move(wgrad));
+      dw = WeightGradientNowOrLater(saved.wgrad_sink, weight, std::move(wgrad));
     }
     return {dx, dw};
   }
@@ -181,6 +174,24 @@ int64_t CurrentWgradSinkHandle() {
 
 DelayedWgrads* WgradSinkOf(int64_t handle) {
   return reinterpret_cast<DelayedWgrads*>(static_cast<intptr_t>(handle));
+}
+
+at::Tensor SaveLinearInputs(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight) {
+  const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+  ctx->save_for_backward({x2, weight});
+  ctx->saved_data["wgrad_sink"] = CurrentWgradSinkHandle();
+  return x2;
+}
+
+SavedLinear SavedLinearOf(AutogradContext* ctx) {
+  const variable_list saved = ctx->get_saved_variables();
+  return {saved[0], saved[1], ctx->saved_data["wgrad_sink"].toInt()};
+}
+
+std::vector<int64_t> WithLastDimension(at::IntArrayRef sizes, int64_t last) {
+  std::vector<int64_t> shape = sizes.vec();
+  shape.back() = last;
+  return shape;
 }
 
 at::Tensor WeightGradientNowOrLater(int64_t sink_handle, const at::Tensor& weight,

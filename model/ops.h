@@ -16,6 +16,12 @@
 
 #include "config/recipe.h"
 
+namespace torch {
+namespace autograd {
+struct AutogradContext;
+}  // namespace autograd
+}  // namespace torch
+
 namespace bitparity {
 namespace ops {
 
@@ -83,6 +89,25 @@ DelayedWgrads* WgradSinkOf(int64_t handle);
 // `sink_handle` (its forward's CurrentWgradSinkHandle) names a sink, left to it (undefined).
 at::Tensor WeightGradientNowOrLater(int64_t sink_handle, const at::Tensor& weight,
                                     std::function<at::Tensor()> compute);
+
+// What a linear layer's autograd Function (the bf16 / fp32 one of Linear, FP8's in
+// model/fp8_linear.cpp) keeps from its forward for its backward: x folded to rows [rows, k], the
+// weight [n, k], and the wgrad sink its forward saw.
+struct SavedLinear {
+  at::Tensor x2;
+  at::Tensor weight;
+  int64_t wgrad_sink = 0;
+};
+
+// Folds x to rows, saves them with the weight and CurrentWgradSinkHandle() in `ctx`, and returns
+// the rows; SavedLinearOf reads them back in the backward.
+at::Tensor SaveLinearInputs(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& weight);
+SavedLinear SavedLinearOf(torch::autograd::AutogradContext* ctx);
+
+// `sizes` with its last dimension replaced by `last`: a linear layer's output shape from its
+// input's (last = n), and its input gradient's from the output gradient's (last = k).
+std::vector<int64_t> WithLastDimension(at::IntArrayRef sizes, int64_t last);
 
 // Counts (numerics/flop_count.h) the GEMM x @ weight^T, x: [..., k], weight: [n, k]; and the
 // batched product a @ b, a: [..., m, k], b: [..., k, n] (b broadcast over a's batch). With

@@ -172,10 +172,10 @@ class FlexTokenDispatcher : public TokenDispatcher {
   at::Tensor RunExperts(const DispatchPayload& received, const RoutingPlan& plan,
                         const MoeWeights& weights,
                         const PrecisionConfig& precision) const override {
-    const int64_t local = plan.experts_per_rank;
-    const at::Device device = received.tokens.device();
     // flex: expand each received row to its local experts, expert-major, then sum per row.
     const int64_t rows = received.tokens.size(0);
+    const int64_t local = plan.experts_per_rank;
+    const at::Device device = received.tokens.device();
     at::Tensor mask = received.route_mask.cpu().contiguous();
     const bool* m = mask.data_ptr<bool>();
     std::vector<int64_t> expanded_rows, prob_index, per_expert(static_cast<size_t>(local), 0);

@@ -15,9 +15,7 @@ namespace bitparity {
 
 // The live tensor bytes (MemoryTracker) when one recompute segment's replay was done.
 struct SegmentReplayMark {
-  int64_t chunk = 0;
-  int64_t microbatch = 0;
-  int64_t segment = 0;
+  SegmentReplayPoint point;
   int64_t live_bytes = 0;
 };
 

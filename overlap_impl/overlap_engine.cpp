@@ -79,7 +79,7 @@ std::vector<MicrobatchLosses> OverlapEngine::RunIteration(std::vector<ChunkState
     }
     if (op.node == NodeKind::kSegment && op.phase == Phase::kReplayDone) {
       segment_replays_.push_back(
-          {op.chunk, op.microbatch, op.segment, MemoryTracker::current_bytes()});
+          {{op.chunk, op.microbatch, op.segment}, MemoryTracker::current_bytes()});
     }
     if (MemoryTimeline::enabled()) {
       std::string label = std::string(ToString(op.node)) + " " + ToString(op.phase) + " mb" +

@@ -314,7 +314,7 @@ void WalkSegment(const MemoryProbe& p, const ChunkSizes& c, const NodeOp& op, Wa
     for (int64_t j = s.first_layer; j <= s.last_layer(); ++j) {
       segment_bytes += c.layer(j).retained + c.layer(j).node_boundary_bytes;
     }
-    levels->push_back({op.chunk, op.microbatch, op.segment, w->live(), segment_bytes});
+    levels->push_back({{op.chunk, op.microbatch, op.segment}, w->live(), segment_bytes});
   }
   if (op.phase == Phase::kRelease && s.first_layer > 0 && c.tail(s.first_layer - 1)) {
     w->Add(-p.input_bytes, c.Where("segment release", op.microbatch, s.first_layer));

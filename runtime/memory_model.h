@@ -25,6 +25,7 @@
 #include "config/recipe.h"
 #include "model/gpt.h"
 #include "schedule/pipeline_layout.h"
+#include "trace/trace.h"
 
 namespace bitparity {
 
@@ -59,9 +60,7 @@ struct MemoryProbe {
 // `replay_done` marker), for the recompute census: the bytes above the static ones, and what the
 // segment's replayed layers hold (the activations one segment adds).
 struct ReplayLevel {
-  int64_t chunk = 0;
-  int64_t microbatch = 0;
-  int64_t segment = 0;
+  SegmentReplayPoint point;
   int64_t live_bytes = 0;
   int64_t segment_bytes = 0;
 };

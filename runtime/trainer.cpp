@@ -328,13 +328,11 @@ void Trainer::ApplyPerturbation(int64_t iteration) {
 void Trainer::RecordReplayCensus(int64_t iteration, int64_t start_bytes) {
   if (replay_levels_.empty()) return;
   for (const SegmentReplayMark& mark : engine_->segment_replays()) {
-    auto level =
-        std::find_if(replay_levels_.begin(), replay_levels_.end(), [&](const ReplayLevel& l) {
-          return l.chunk == mark.chunk && l.microbatch == mark.microbatch &&
-                 l.segment == mark.segment;
-        });
+    auto level = std::find_if(replay_levels_.begin(), replay_levels_.end(),
+                              [&](const ReplayLevel& l) { return l.point == mark.point; });
     if (level == replay_levels_.end()) continue;  // a faulty plan's replay the model lacks
-    replay_census_.push_back({iteration, mark.chunk, mark.microbatch, mark.segment,
+    const SegmentReplayPoint& at = mark.point;
+    replay_census_.push_back({iteration, at.chunk, at.microbatch, at.segment,
                               mark.live_bytes - start_bytes, level->live_bytes,
                               level->segment_bytes});
   }

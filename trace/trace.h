@@ -76,6 +76,18 @@ struct ProbeRecord {
   std::vector<int64_t> shape;
 };
 
+// One recompute segment's replay in an iteration of the overlap arm: its chunk, microbatch and
+// segment (the plan's `segment replay_done` operation). The measured marks (model/engine.h) and
+// the memory model's levels (runtime/memory_model.h) meet at equal points.
+struct SegmentReplayPoint {
+  int64_t chunk = 0;
+  int64_t microbatch = 0;
+  int64_t segment = 0;
+  bool operator==(const SegmentReplayPoint& other) const {
+    return chunk == other.chunk && microbatch == other.microbatch && segment == other.segment;
+  }
+};
+
 // The recompute census at one segment replay of the overlap arm (its `replay_done` marker): the
 // live tensor bytes above the iteration's start, measured, next to the memory model's level
 // there and the activation bytes one segment's replayed layers hold (runtime/memory_model.h).

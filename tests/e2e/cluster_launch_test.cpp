@@ -60,7 +60,7 @@ void LaunchWorkersByHand(const std::string& recipe, const std::string& parts, bo
   for (int r = 0; r < 2; ++r) {
     ProcessOptions process;
     process.executable = testing::BitparityBinary();
-    process.arguments = {"worker", "--recipe", recipe, "--arm", "reference", "--out-dir", parts};
+    process.arguments = testing::WorkerArguments(recipe, "reference", parts);
     process.unset_environment = {"RANK",         "WORLD_SIZE",   "LOCAL_RANK",
                                  "SLURM_PROCID", "SLURM_NTASKS", "GLOO_SOCKET_IFNAME"};
     auto& env = process.set_environment;
@@ -121,14 +121,10 @@ TEST(ClusterLaunch, TorchrunStartedWorkersMergeIntoTheLaunchersTrace) {
                        "127.0.0.1",
                        "--master-port",
                        std::to_string(FreeLoopbackPort()),
-                       testing::BitparityBinary(),
-                       "worker",
-                       "--recipe",
-                       recipe,
-                       "--arm",
-                       "reference",
-                       "--out-dir",
-                       dir.File("parts")};
+                       testing::BitparityBinary()};
+  const std::vector<std::string> worker =
+      testing::WorkerArguments(recipe, "reference", dir.File("parts"));
+  process.arguments.insert(process.arguments.end(), worker.begin(), worker.end());
   process.unset_environment = {"RANK",         "WORLD_SIZE",  "LOCAL_RANK",  "SLURM_PROCID",
                                "SLURM_NTASKS", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"};
   process.output_path = dir.File("torchrun.log");
@@ -158,8 +154,7 @@ TEST_P(LoneWorkerTest, GivesUpWithinTheRecipeTimeout) {
   std::filesystem::create_directories(dir.File("parts"));
   ProcessOptions process;
   process.executable = testing::BitparityBinary();
-  process.arguments = {"worker",    "--recipe",  recipe,           "--arm",
-                       "reference", "--out-dir", dir.File("parts")};
+  process.arguments = testing::WorkerArguments(recipe, "reference", dir.File("parts"));
   process.unset_environment = {"SLURM_PROCID", "SLURM_NTASKS", "LOCAL_RANK"};
   process.set_environment = {{"RANK", std::to_string(GetParam())},
                              {"WORLD_SIZE", "2"},

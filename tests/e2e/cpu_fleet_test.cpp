@@ -50,16 +50,10 @@ class CpuFleet : public ::testing::Test {
     for (int r = 0; r < 2; ++r) {
       ProcessOptions process;
       process.executable = "valgrind";
-      process.arguments = {"--tool=none",
-                           "--log-file=" + parts + "/valgrind." + std::to_string(r),
-                           testing::BitparityBinary(),
-                           "worker",
-                           "--recipe",
-                           recipe,
-                           "--arm",
-                           "reference",
-                           "--out-dir",
-                           parts};
+      process.arguments = {"--tool=none", "--log-file=" + parts + "/valgrind." + std::to_string(r),
+                           testing::BitparityBinary()};
+      const std::vector<std::string> worker = testing::WorkerArguments(recipe, "reference", parts);
+      process.arguments.insert(process.arguments.end(), worker.begin(), worker.end());
       process.output_path = parts + "/rank_" + std::to_string(r) + ".log";
       process.set_environment = {{"RANK", std::to_string(r)},
                                  {"WORLD_SIZE", "2"},

@@ -9,46 +9,31 @@
 #include <string>
 
 #include "harness/trace_compare.h"
+#include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 #include "trace/trace.h"
 
 namespace bitparity {
 namespace {
 
+// Four reference arms: both dispatchers at fp32 and bf16, full uniform recompute.
 std::string Recipe(int ep, int topk, int iterations = 3) {
-  return testing::SmallModelTable(3, 1, topk) + R"([parallel]
-ep = )" + std::to_string(ep) +
-         R"(
-timeout_s = 120
-[train]
-micro_batch = 2
-global_batch = 8
-iterations = )" +
-         std::to_string(iterations) + R"(
-lr = 1e-2
-[recompute]
-granularity = "full"
-method = "uniform"
-num_layers = 1
-[trace]
-dump_grads_at = [2]
-[arms.alltoall_fp32]
-engine = "reference"
-dispatcher = "alltoall"
-precision = { recipe = "fp32" }
-[arms.flex_fp32]
-engine = "reference"
-dispatcher = "flex"
-precision = { recipe = "fp32" }
-[arms.alltoall_bf16]
-engine = "reference"
-dispatcher = "alltoall"
-precision = { recipe = "bf16" }
-[arms.flex_bf16]
-engine = "reference"
-dispatcher = "flex"
-precision = { recipe = "bf16" }
-)";
+  testing::RecipeBuilder builder(3, 1);
+  builder.Set("model.topk", topk)
+      .Set("parallel.ep", ep)
+      .Set("parallel.timeout_s", 120)
+      .Batches(8, iterations)
+      .Set("train.lr", 1e-2)
+      .FullRecomputeAll("uniform", 1)
+      .SetList("trace.dump_grads_at", {2});
+  for (const char* dispatcher : {"alltoall", "flex"}) {
+    for (const char* precision : {"fp32", "bf16"}) {
+      builder.Arm(std::string(dispatcher) + "_" + precision, "reference",
+                  "dispatcher = \"" + std::string(dispatcher) + "\"\nprecision = { recipe = \"" +
+                      precision + "\" }");
+    }
+  }
+  return builder.Text();
 }
 
 Trace RunArm(const testing::TempDir& dir, const std::string& recipe, const std::string& arm,

@@ -134,12 +134,11 @@ TEST(PipelineParallel, AWorldThatIsNotPpTimesEpIsBadInput) {
   testing::TempDir dir;
   const std::string recipe = dir.Write("pipeline.toml", PipelineRecipe());
   testing::CommandResult r = testing::RunBitparity(
-      {"worker", "--recipe", recipe, "--arm", "reference", "--out-dir", dir.path()},
-      {{"RANK", "0"},
-       {"WORLD_SIZE", "2"},
-       {"LOCAL_RANK", "0"},
-       {"MASTER_ADDR", "127.0.0.1"},
-       {"MASTER_PORT", "29511"}});
+      testing::WorkerArguments(recipe, "reference", dir.path()), {{"RANK", "0"},
+                                                                  {"WORLD_SIZE", "2"},
+                                                                  {"LOCAL_RANK", "0"},
+                                                                  {"MASTER_ADDR", "127.0.0.1"},
+                                                                  {"MASTER_PORT", "29511"}});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("the world has 2 ranks but the recipe's [parallel] pp x ep is 2 x 2 = 4"),
             std::string::npos)

@@ -47,6 +47,11 @@ std::string TempDir::Write(const std::string& name, const std::string& text) con
 std::string SourceDir() { return BITPARITY_SOURCE_DIR; }
 std::string BitparityBinary() { return BITPARITY_BINARY; }
 
+std::vector<std::string> WorkerArguments(const std::string& recipe, const std::string& arm,
+                                         const std::string& out_dir) {
+  return {"worker", "--recipe", recipe, "--arm", arm, "--out-dir", out_dir};
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream out;

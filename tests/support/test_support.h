@@ -41,6 +41,11 @@ CommandResult RunBitparity(const std::vector<std::string>& args,
 std::string SourceDir();
 std::string BitparityBinary();
 
+// The arguments of one rank's `bitparity worker` for `arm` of `recipe`, writing its trace part
+// to `out_dir` (what the launcher passes; a launcher of the user's own is given these).
+std::vector<std::string> WorkerArguments(const std::string& recipe, const std::string& arm,
+                                         const std::string& out_dir);
+
 // PIDs of running processes whose command line contains `needle`.
 std::vector<int64_t> ProcessesMentioning(const std::string& needle);
 

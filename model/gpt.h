@@ -17,7 +17,7 @@
 #include "comm/rank_context.h"
 #include "config/recipe.h"
 #include "model/chunk_state_field.h"
-#include "model/injected_bugs.h"
+#include "model/model_bugs.h"
 #include "model/moe.h"
 #include "model/ops.h"
 #include "model/parameters.h"

@@ -6,8 +6,8 @@
 // chunk schedules only ever execute a plan, right or wrong, and hold no bug switch of their own.
 // Torch-free.
 
-#include "model/injected_bugs.h"
 #include "overlap_impl/combined_step_plan.h"
+#include "overlap_impl/overlap_bugs.h"
 
 namespace bitparity {
 

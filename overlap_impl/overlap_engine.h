@@ -15,9 +15,9 @@
 
 #include "model/engine.h"
 #include "model/gpt.h"
-#include "model/injected_bugs.h"
 #include "overlap_impl/chunk_schedule.h"
 #include "overlap_impl/combined_step_plan.h"
+#include "overlap_impl/overlap_bugs.h"
 #include "overlap_impl/stale_routing_fault.h"
 
 namespace bitparity {

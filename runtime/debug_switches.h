@@ -9,7 +9,7 @@
 //       adds N (default 1) units in the last place to element K of NAME's main grad on rank R
 //       at iteration I, after the data-parallel reduction.
 //   BITPARITY_INJECT_BUG="NAME[,NAME...]"
-//       re-creates known silent bugs (model/injected_bugs.h) so that a test can show the parity
+//       re-creates known silent bugs (runtime/injected_bugs.h) so that a test can show the parity
 //       checks catch each: stale_routing_metadata, skip_snapshot_restore,
 //       snapshot_skips_<field> (one chunk-state field, model/chunk_state_field.h),
 //       mtp_post_outside_segment, flush_per_backward_call, mhc_bridge_from_chunk_state,
@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/injected_bugs.h"
+#include "runtime/injected_bugs.h"
 #include "runtime/trainer.h"
 
 namespace bitparity {

@@ -279,7 +279,7 @@ double Trainer::GlobalGradNorm() {
     for (double v : replicated[s]) total += v;
     for (double v : expert[s]) mine += v;
   }
-  // The injected nondeterminism (model/injected_bugs.h): the same sums in the order threads
+  // The injected nondeterminism (runtime/injected_bugs.h): the same sums in the order threads
   // finish their terms.
   const bool racy = runtime_bugs_.thread_order_reduction ||
                     (runtime_bugs_.nondeterministic_kernel && !DeterministicAlgorithmsForced());

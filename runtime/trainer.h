@@ -18,6 +18,7 @@
 #include "model/gpt.h"
 #include "numerics/flop_count.h"
 #include "numerics/synthetic_data.h"
+#include "runtime/injected_bugs.h"
 #include "runtime/memory_model.h"
 #include "runtime/optimizer.h"
 #include "trace/trace.h"

@@ -1,5 +1,5 @@
 // Explaining a run that does not reproduce itself: with nondeterminism of two kinds injected
-// (model/injected_bugs.h), the reference arm's runs differ, the check fails, and the attribution
+// (runtime/injected_bugs.h), the reference arm's runs differ, the check fails, and the attribution
 // reruns the failing window with one factor changed at a time and names the factor each kind
 // follows. The verdict stays a failure: a run is never made green by rerunning it.
 

@@ -15,6 +15,7 @@
 #include "config/recompute_plan.h"
 #include "core/cuda_support.h"
 #include "core/errors.h"
+#include "harness/isolated_trace_read.h"
 #include "harness/launcher.h"
 #include "harness/matrix_command.h"
 #include "harness/resources.h"

@@ -7,6 +7,7 @@
 
 #include "core/clock.h"
 #include "core/errors.h"
+#include "harness/isolated_trace_read.h"
 #include "trace/trace_keys.h"
 
 namespace bitparity {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "harness/isolated_trace_read.h"
 #include "numerics/float_bits.h"
 #include "tests/support/test_support.h"
 #include "tests/support/trace_builder.h"

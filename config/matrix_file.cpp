@@ -11,6 +11,7 @@
 #include "config/names.h"
 #include "config/recipe.h"
 #include "config/recipe_edit.h"
+#include "config/recipe_schema.h"
 #include "config/toml_reader.h"
 #include "core/errors.h"
 #include "schedule/pipeline_layout.h"
@@ -64,8 +65,20 @@ std::vector<RecipeEdit> AxisEdits(const std::string& axis, const std::string& va
                                   const std::map<std::string, NamedLayout>& layouts,
                                   const std::string& where) {
   if (axis == "pipeline") return PipelineEdits(value, layouts, where);
-  if (axis == "precision") return {{"precision.recipe", value}};
-  if (axis == "dispatcher") return {{"model.dispatcher", value}};
+  if (axis == "precision") {
+    if (!ValueIn(kPrecisionNames, value)) {
+      throw InputError(where + ": precision values are " + QuotedNames(kPrecisionNames) +
+                       ", got '" + value + "'");
+    }
+    return {{"precision.recipe", value}};
+  }
+  if (axis == "dispatcher") {
+    if (!ValueIn(kDispatcherNames, value)) {
+      throw InputError(where + ": dispatcher values are " + QuotedNames(kDispatcherNames) +
+                       ", got '" + value + "'");
+    }
+    return {{"model.dispatcher", value}};
+  }
   if (axis == "mtp_layers") {
     try {
       return {{"model.mtp_layers", static_cast<int64_t>(std::stoll(value))}};
@@ -151,6 +164,13 @@ std::map<std::string, std::vector<std::string>> ReadAxes(const toml::table* tabl
   TableReader axes(table, "[matrix.axes]", &diag);
   for (const std::string& axis : kKnownAxes) {
     std::vector<std::string> values = ScalarList(axes, axis);
+    // Two equal values would make two cells of one name, one folder, the second overwriting.
+    std::vector<std::string> sorted = values;
+    std::sort(sorted.begin(), sorted.end());
+    const auto repeated = std::adjacent_find(sorted.begin(), sorted.end());
+    if (repeated != sorted.end()) {
+      diag.Add("[matrix.axes]", axis + " lists '" + *repeated + "' twice");
+    }
     if (!values.empty()) axis_values[axis] = std::move(values);
   }
   axes.RejectUnknown();

@@ -146,12 +146,31 @@ TEST(MatrixCommand, BadMatrixFilesAreBadInput) {
     testing::CommandResult r = testing::RunBitparity({"matrix", matrix, "--out", dir.File("o")});
     EXPECT_EQ(r.exit_code, 2) << body << r.output;
   }
-  // Names that become folders: the matrix's name and a cell's (here from a layout's name) may not
-  // leave the output folder, and nothing is written outside it.
+  // A misspelt precision or dispatcher, or a value listed twice (two cells of one folder), is
+  // refused at load: no cell runs, nothing is written.
+  for (const auto& [body, message] : std::vector<std::pair<std::string, std::string>>{
+           {"precision = [\"bf61\"]",
+            "precision values are \"fp32\", \"bf16\", \"blockwise\", \"mxfp8\", got 'bf61'"},
+           {"dispatcher = [\"flexx\"]",
+            "dispatcher values are \"alltoall\", \"flex\", got 'flexx'"},
+           {"precision = [\"bf16\", \"fp32\", \"bf16\"]",
+            "[matrix.axes] precision lists 'bf16' twice"},
+           {"mtp_layers = [0, 0]", "[matrix.axes] mtp_layers lists '0' twice"},
+           {"precision = [\"../../escaped\"]", "got '../../escaped'"}}) {
+    const std::string matrix =
+        dir.Write("values.toml", "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\n" + body + "\n");
+    testing::CommandResult r =
+        testing::RunBitparity({"matrix", matrix, "--out", dir.File("values_out")});
+    EXPECT_EQ(r.exit_code, 2) << body << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.File("values_out"))) << body;
+    EXPECT_FALSE(std::filesystem::exists(dir.File("escaped"))) << body;
+  }
+  // A name that becomes a folder (the matrix's; a cell's is made of the checked values above) may
+  // not leave the output folder, and nothing is written outside it.
   for (const std::string& body : std::vector<std::string>{
            "[matrix]\nname = \"../escaped\"\nbase = \"base.toml\"\n[matrix.axes]\nmtp_layers = "
-           "[0]\n",
-           "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\nprecision = [\"../../escaped\"]\n"}) {
+           "[0]\n"}) {
     const std::string matrix = dir.Write("names.toml", body);
     testing::CommandResult r =
         testing::RunBitparity({"matrix", matrix, "--out", dir.File("deep/er/o")});

@@ -50,10 +50,10 @@ struct ArmRun {
   double seconds = 0;
 };
 
-// How the runs ended when one did not finish: the run's error check (kRun) and what failed.
 // The first line of a failure text: the one-line form a check's summary shows.
 std::string FirstLine(const std::string& text);
 
+// How the runs ended when one did not finish: the run's error check (kRun) and what failed.
 struct RunsStopped {
   std::optional<CheckResult> failed_run;  // absent when interrupted between two runs
   std::string reason;

@@ -60,25 +60,28 @@ std::vector<RecipeEdit> PipelineEdits(const std::string& value,
           {"parallel.vpp", static_cast<int64_t>(m[3].matched ? std::stoll(m[3].str()) : 1)}};
 }
 
+// The edit of an axis whose values are the names of one of the recipe's enums (config/
+// recipe_schema.h): a misspelt value is bad input here, not a cell that is skipped.
+template <typename E, size_t N>
+std::vector<RecipeEdit> NamedValueEdits(const std::string& axis, const std::string& key,
+                                        const EnumName<E> (&names)[N], const std::string& value,
+                                        const std::string& where) {
+  if (!ValueIn(names, value)) {
+    throw InputError(where + ": " + axis + " values are " + QuotedNames(names) + ", got '" + value +
+                     "'");
+  }
+  return {{key, value}};
+}
+
 // The recipe edits of one axis value; InputError for a value the axis cannot take.
 std::vector<RecipeEdit> AxisEdits(const std::string& axis, const std::string& value,
                                   const std::map<std::string, NamedLayout>& layouts,
                                   const std::string& where) {
   if (axis == "pipeline") return PipelineEdits(value, layouts, where);
-  if (axis == "precision") {
-    if (!ValueIn(kPrecisionNames, value)) {
-      throw InputError(where + ": precision values are " + QuotedNames(kPrecisionNames) +
-                       ", got '" + value + "'");
-    }
-    return {{"precision.recipe", value}};
-  }
-  if (axis == "dispatcher") {
-    if (!ValueIn(kDispatcherNames, value)) {
-      throw InputError(where + ": dispatcher values are " + QuotedNames(kDispatcherNames) +
-                       ", got '" + value + "'");
-    }
-    return {{"model.dispatcher", value}};
-  }
+  if (axis == "precision")
+    return NamedValueEdits(axis, "precision.recipe", kPrecisionNames, value, where);
+  if (axis == "dispatcher")
+    return NamedValueEdits(axis, "model.dispatcher", kDispatcherNames, value, where);
   if (axis == "mtp_layers") {
     try {
       return {{"model.mtp_layers", static_cast<int64_t>(std::stoll(value))}};

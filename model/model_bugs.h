@@ -1,12 +1,9 @@
 #ifndef BITPARITY_MODEL_MODEL_BUGS_H_
 #define BITPARITY_MODEL_MODEL_BUGS_H_
 
-// Test hooks that bring back, one at a time, the silent bugs met while building the overlap path
-// (and the seed's own), so that tests can show the parity checks catch each of them. Off unless
-// a test sets them, or BITPARITY_INJECT_BUG names them (comma-separated) in a rank's environment
-// (runtime/debug_switches.h, which parses them into runtime/injected_bugs.h's InjectedBugs).
-// The model's share, in both arms: taken through GptModel's constructor and read at two places,
-// the norm's choice (GptModel::Norm) and where the aux losses go.
+// The model's share of the injected bugs (runtime/injected_bugs.h) in both arms: taken through
+// GptModel's constructor and read at two places, the norm's choice (GptModel::Norm) and where
+// the aux losses go.
 
 namespace bitparity {
 

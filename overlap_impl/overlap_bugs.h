@@ -1,16 +1,13 @@
 #ifndef BITPARITY_OVERLAP_IMPL_OVERLAP_BUGS_H_
 #define BITPARITY_OVERLAP_IMPL_OVERLAP_BUGS_H_
 
-// Test hooks that bring back, one at a time, the silent bugs met while building the overlap path
-// (and the seed's own), so that tests can show the parity checks catch each of them. Off unless
-// a test sets them, or BITPARITY_INJECT_BUG names them (comma-separated) in a rank's environment
-// (runtime/debug_switches.h, which parses them into runtime/injected_bugs.h's InjectedBugs).
-// The overlap arm's share, which the arm turns into a different plan (overlap_impl/faulty_plans.h)
-// or a replaced routing source (overlap_impl/stale_routing_fault.h). Four change the plan's
-// operations (an operation dropped, a wait, a keep-graphs or a flush added); the snapshot skips,
-// mhc_bridge_from_chunk_state and mtp_post_outside_segment change a setting of the plan that the
-// nodes read (CombinedStepPlan::replay_restores, mhc_bridge_parks_gradient,
-// mtp_post_process_in_segment), whose correct value every correct plan carries.
+// The overlap arm's share of the injected bugs (runtime/injected_bugs.h), which the arm turns into
+// a different plan (overlap_impl/faulty_plans.h) or a replaced routing source
+// (overlap_impl/stale_routing_fault.h). Four change the plan's operations (an operation dropped, a
+// wait, a keep-graphs or a flush added); the snapshot skips, mhc_bridge_from_chunk_state and
+// mtp_post_outside_segment change a setting of the plan that the nodes read
+// (CombinedStepPlan::replay_restores, mhc_bridge_parks_gradient, mtp_post_process_in_segment),
+// whose correct value every correct plan carries.
 
 #include "model/chunk_state_field.h"
 

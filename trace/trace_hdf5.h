@@ -137,7 +137,8 @@ constexpr IterationColumn kIterationColumns[] = {
 
 // One column of a table section (a group with one dataset per column, a row per element): its
 // dataset name, the row member it holds, and whether a trace may lack it (a column recorded
-// later; older traces read it as the member's default). The writer and the reader walk the same
+// later: older traces read it as the member's default). A table's optional columns came into the
+// format together, so a trace holds all of them or none. The writer and the reader walk the same
 // list, so a new column is one line here (and one in docs/trace-format.md).
 template <typename Row>
 struct TableColumn {

@@ -340,8 +340,18 @@ class Reader {
     std::optional<Table> table = OpenTable(g, name, columns[0].name);
     if (!table) return table;
     rows->assign(table->dims[0], Row{});
+    // The optional columns came into the format together: a table has all of them or none.
+    const char* present = nullptr;
+    const char* absent = nullptr;
     for (const TableColumn<Row>& column : columns) {
-      if (column.optional && H5Lexists(table->get(), column.name, H5P_DEFAULT) <= 0) continue;
+      if (!column.optional) continue;
+      (H5Lexists(table->get(), column.name, H5P_DEFAULT) > 0 ? present : absent) = column.name;
+    }
+    if (present && absent) {
+      Fail(std::string(name) + " has column " + present + " but not " + absent);
+    }
+    for (const TableColumn<Row>& column : columns) {
+      if (column.optional && absent) continue;
       std::visit([&](auto member) { ReadColumn(*table, column.name, member, rows); },
                  column.member);
     }

@@ -191,6 +191,30 @@ TEST(TraceStorage, MissingLayoutIsBadInput) {
   ExpectBadTrace(dir.File("t.h5"), "missing dataset 'grad_digest'");
 }
 
+// The schedule timeline's phase and wait_ns came into the format together: a trace from before
+// them reads them as defaults, and a trace with one of the two is bad input.
+TEST(TraceStorage, ATablesLaterColumnsArePresentTogetherOrAbsentTogether) {
+  testing::TempDir dir;
+  Trace written = testing::MakeTrace(1, 2);
+  written.ranks[0].schedule_timeline = {{"attn", 0, 0, 0, 50, "forward", 7}};
+  const auto delete_columns = [&](const std::string& path, std::vector<const char*> columns) {
+    WriteTrace(path, written);
+    hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    for (const char* column : columns) {
+      const std::string link = std::string("rank_00000/schedule_timeline/") + column;
+      ASSERT_GE(H5Ldelete(file, link.c_str(), H5P_DEFAULT), 0);
+    }
+    H5Fclose(file);
+  };
+  delete_columns(dir.File("older.h5"), {"phase", "wait_ns"});
+  const ScheduleInterval read = ReadTrace(dir.File("older.h5")).ranks[0].schedule_timeline.at(0);
+  EXPECT_EQ(std::tie(read.node, read.end_ns, read.phase, read.wait_ns),
+            std::make_tuple(std::string("attn"), int64_t{50}, std::string(), int64_t{0}));
+  delete_columns(dir.File("half.h5"), {"wait_ns"});
+  ExpectBadTrace(dir.File("half.h5"), "schedule_timeline has column phase but not wait_ns");
+}
+
 // Replaces dataset `path` of trace `file` by a chunked float dataset of `dims` with nothing
 // written: HDF5 stores a few hundred bytes and reads the rest as fill values.
 void ReplaceWithEmptyDataset(const std::string& file_path, const std::string& path,

@@ -125,7 +125,10 @@ int Validate(const std::string& path) {
     for (const bool overlap : {false, true}) {
       const bool used = std::any_of(
           recipe.arms.begin(), recipe.arms.end(),
-          [&](const ArmConfig& a) { return (a.engine == EngineKind::kOverlap) == overlap; });
+          [&](const ArmConfig& a) {
+            return a.engine != EngineKind::kExternal &&
+                   (a.engine == EngineKind::kOverlap) == overlap;
+          });
       if (!used) continue;
       schedule.ep_overlap = overlap;
       std::cout << (overlap ? "  combined 1F1B order of the overlap arms (one more warm-up "
@@ -138,6 +141,12 @@ int Validate(const std::string& path) {
     }
   }
   for (const ArmConfig& arm : recipe.arms) {
+    if (arm.engine == EngineKind::kExternal) {
+      std::cout << "  arm " << arm.name << ": external, command";
+      for (const std::string& argument : arm.command) std::cout << " " << argument;
+      std::cout << "\n";
+      continue;
+    }
     std::string segments;
     std::vector<std::string> warnings;
     if (recipe.parallel.pp > 1) {

@@ -72,6 +72,32 @@ std::vector<std::string> WorkerArguments(const WorkerRequest& request) {
   return args;
 }
 
+std::vector<std::pair<std::string, std::string>> ExternalRankVariables(
+    const WorkerRequest& request) {
+  std::vector<std::pair<std::string, std::string>> out = {
+      {kExternalRecipeVariable, request.recipe_path},
+      {kExternalArmVariable, request.arm},
+      {kExternalOutDirVariable, request.out_dir}};
+  if (!request.recipe_digest.empty()) {
+    out.emplace_back(kExternalRecipeDigestVariable, request.recipe_digest);
+  }
+  if (!request.dump_at.empty()) {
+    std::string list;
+    for (int64_t it : request.dump_at) list += (list.empty() ? "" : ",") + std::to_string(it);
+    out.emplace_back(kExternalDumpAtVariable, list);
+  }
+  if (request.stop_after > 0) {
+    out.emplace_back(kExternalStopAfterVariable, std::to_string(request.stop_after));
+  }
+  if (request.memory_timeline) out.emplace_back(kExternalMemoryTimelineVariable, "1");
+  if (request.probes) out.emplace_back(kExternalProbesVariable, "1");
+  if (request.threads > 0) out.emplace_back(kExternalThreadsVariable, std::to_string(request.threads));
+  if (request.deterministic_algorithms) {
+    out.emplace_back(kExternalDeterministicAlgorithmsVariable, "1");
+  }
+  return out;
+}
+
 std::string RankPartFileName(int64_t rank) {
   char name[32];
   std::snprintf(name, sizeof(name), "rank_%05lld.h5", static_cast<long long>(rank));

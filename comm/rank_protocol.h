@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace bitparity {
@@ -66,6 +67,25 @@ struct WorkerRequest {
 // The arguments that start a rank process for `request`, after the executable:
 // {"worker", "--recipe", R, "--arm", A, "--out-dir", D, ...}.
 std::vector<std::string> WorkerArguments(const WorkerRequest& request);
+
+// An external arm's rank process (the program of a recipe's [arms.NAME] command) gets the same
+// request as variables instead of flags, every path absolute (docs/external-arms.md); the Python
+// recorder (python/bitparity/) reads them. Variables for the request's unset options are absent.
+inline constexpr char kExternalRecipeVariable[] = "BITPARITY_RECIPE";
+inline constexpr char kExternalRecipeDigestVariable[] = "BITPARITY_RECIPE_DIGEST";
+inline constexpr char kExternalArmVariable[] = "BITPARITY_ARM";
+inline constexpr char kExternalOutDirVariable[] = "BITPARITY_OUT_DIR";
+inline constexpr char kExternalDumpAtVariable[] = "BITPARITY_DUMP_AT";        // "3,7"
+inline constexpr char kExternalStopAfterVariable[] = "BITPARITY_STOP_AFTER";  // an iteration
+inline constexpr char kExternalMemoryTimelineVariable[] = "BITPARITY_MEMORY_TIMELINE";  // "1"
+inline constexpr char kExternalProbesVariable[] = "BITPARITY_PROBES";                   // "1"
+inline constexpr char kExternalThreadsVariable[] = "BITPARITY_THREADS";
+inline constexpr char kExternalDeterministicAlgorithmsVariable[] =
+    "BITPARITY_DETERMINISTIC_ALGORITHMS";  // "1"
+
+// The variables that hand `request` to an external rank process.
+std::vector<std::pair<std::string, std::string>> ExternalRankVariables(
+    const WorkerRequest& request);
 
 // The file name of a rank's trace part inside the worker's --out-dir: rank_00003.h5.
 std::string RankPartFileName(int64_t rank);

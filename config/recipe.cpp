@@ -297,6 +297,7 @@ bool ValidateEngineRules(const Recipe& recipe, const ArmConfig& arm, bool delaye
 }
 
 void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
+  if (arm.engine == EngineKind::kExternal) return;  // its command's own business
   ValidateSegmentRecompute(recipe, arm, diag);
   ValidateNativeFp8(recipe, arm, diag);
   ValidatePipelineArm(recipe, arm, diag);
@@ -307,6 +308,28 @@ void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) 
               "fp8_scaling \"delayed\" is rejected: bitparity's FP8 recipes use current "
               "scaling (scales from the tensor at hand), which a recompute replay reproduces bit "
               "for bit; use fp8_scaling = \"current\"");
+  }
+}
+
+// An external arm is its command and nothing else; a built-in engine has no command.
+void CheckExternalArm(const ArmConfig& arm, const toml::table& table, Diagnostics* diag) {
+  const std::string where = "[arms." + arm.name + "]";
+  if (arm.engine != EngineKind::kExternal) {
+    if (!arm.command.empty()) {
+      diag->Add(where, "command is for external arms (engine \"external\"); engine \"" +
+                           std::string(ToString(arm.engine)) + "\" is bitparity's own");
+    }
+    return;
+  }
+  if (!table.contains("command")) {
+    diag->Add(where, "engine \"external\" needs command = [\"program\", \"argument\", ...]");
+  }
+  for (const char* key : {"dispatcher", "delay_wgrad", "recompute", "precision"}) {
+    if (table.contains(key)) {
+      diag->Add(where, std::string(key) +
+                           " does not apply to an external arm (its command trains it; pass "
+                           "settings as arguments)");
+    }
   }
 }
 
@@ -321,6 +344,7 @@ ArmConfig ReadArm(const std::string& name, const toml::table* table, const Recip
   arm.precision_table = "[precision] (arm '" + name + "')";
   TableReader r(table, "[arms." + name + "]", diag);
   ArmKeys().ReadAll(r, &arm);
+  CheckExternalArm(arm, *table, diag);
   return arm;
 }
 

@@ -17,7 +17,7 @@
 
 namespace bitparity {
 
-enum class EngineKind { kReference, kOverlap };
+enum class EngineKind { kReference, kOverlap, kExternal };
 enum class Dispatcher { kAllToAll, kFlex };
 enum class PrecisionRecipe { kFp32, kBf16, kBlockwise, kMxfp8 };
 enum class Fp8Scaling { kCurrent, kDelayed };
@@ -199,6 +199,9 @@ struct ArmConfig {
   Dispatcher dispatcher = Dispatcher::kAllToAll;
   // Delayed weight gradients (Megatron's --delay-wgrad-compute; overlap engine only).
   bool delay_wgrad = false;
+  // An external arm (engine kExternal): the program that trains it, as an argv (no shell), run
+  // once per rank with the recipe's folder as its working directory (docs/external-arms.md).
+  std::vector<std::string> command;
   // Where `recompute` and `precision` were read, as messages name it: the arm's own sub-table
   // when it overrides them, else the top-level table and the arm ("[recompute] (arm 'x')").
   std::string recompute_table;

@@ -226,14 +226,23 @@ const KeyTable<ArmConfig>& ArmKeys() {
   };
   static const KeyTable<ArmConfig> keys =
       KeyTable<ArmConfig>("[arms.NAME]")
-          .Custom("engine", "\"reference\" | \"overlap\"", "",
+          .Custom("engine", "\"reference\" | \"overlap\" | \"external\"",
+                  "\"external\" with command",
                   "the arm's engine; NAME is 1-64 letters, digits, '_' or '-'",
                   [](TableReader& r, ArmConfig* arm) {
-                    if (!r.Has("engine")) {
-                      r.Error("engine", "must be set (\"reference\" or \"overlap\")");
+                    if (!r.Has("engine") && r.Has("command")) arm->engine = EngineKind::kExternal;
+                    if (!r.Has("engine") && !r.Has("command")) {
+                      r.Error("engine",
+                              "must be set (\"reference\" or \"overlap\"), or the arm given a "
+                              "command");
                     }
                     arm->engine = r.Enum("engine", arm->engine, kEngineNames);
                   })
+          .Custom("command", "array of strings", "",
+                  "an external arm: the program that trains it and its arguments (no shell), run "
+                  "once per rank from the recipe's folder; \"{python}\" names the Python "
+                  "environment bitparity was built with (docs/external-arms.md)",
+                  [](TableReader& r, ArmConfig* arm) { arm->command = r.StringList("command"); })
           .Custom("dispatcher", "\"alltoall\" | \"flex\"", "[model] dispatcher",
                   "the arm's own dispatcher",
                   [](TableReader& r, ArmConfig* arm) {

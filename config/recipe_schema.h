@@ -26,7 +26,8 @@ namespace bitparity {
 
 // The spelling of every enum value a recipe can name.
 inline constexpr EnumName<EngineKind> kEngineNames[] = {{EngineKind::kReference, "reference"},
-                                                        {EngineKind::kOverlap, "overlap"}};
+                                                        {EngineKind::kOverlap, "overlap"},
+                                                        {EngineKind::kExternal, "external"}};
 inline constexpr EnumName<Dispatcher> kDispatcherNames[] = {{Dispatcher::kAllToAll, "alltoall"},
                                                             {Dispatcher::kFlex, "flex"}};
 inline constexpr EnumName<PrecisionRecipe> kPrecisionNames[] = {

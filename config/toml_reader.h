@@ -207,6 +207,28 @@ class TableReader {
     return out;
   }
 
+  // A non-empty array of non-empty strings (an argv); empty when the key is absent or wrong.
+  std::vector<std::string> StringList(const std::string& key) {
+    std::vector<std::string> out;
+    const toml::node* node = Take(key);
+    if (!node) return out;
+    const toml::array* array = node->as_array();
+    if (!array || array->empty()) {
+      Error(key, "must be a non-empty array of strings, got " + DescribeNode(*node) +
+                     LineSuffix(*node));
+      return out;
+    }
+    for (const toml::node& element : *array) {
+      if (!element.is_string() || element.as_string()->get().empty()) {
+        Error(key, "must contain only non-empty strings, found " + DescribeNode(element) +
+                       LineSuffix(element));
+        return {};
+      }
+      out.push_back(element.as_string()->get());
+    }
+    return out;
+  }
+
   // The key's node (consumed), or nullptr.
   const toml::node* Node(const std::string& key) { return Take(key); }
 

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <ostream>
 
 #include "comm/rank_protocol.h"
 #include "core/errors.h"
+#include "numerics/determinism.h"
 #include "trace/trace_keys.h"
 
 namespace bitparity {
@@ -87,6 +89,20 @@ LaunchOptions ArmRuns::Launch(const std::string& arm, const std::string& trace,
                               const Environment& env) const {
   LaunchOptions launch;
   launch.executable = SelfExecutable();
+  if (const ArmConfig& config = recipe_.arm(arm); config.engine == EngineKind::kExternal) {
+    launch.external = ResolveExternalCommand(recipe_, config);
+    // A built-in rank pins its environment itself; an external one gets it before its first
+    // LibTorch call (a value the user chose for a variable that is not pinned stays).
+    const std::vector<std::string> pinned_here = VariablesPinnedHere();
+    for (const EnvironmentSetting& setting : EnvironmentSettings(
+             ToString(recipe_.parallel.device), recipe_.parallel.cpu_isa)) {
+      const char* current = std::getenv(setting.name);
+      const bool users = current && *current &&
+                         std::find(pinned_here.begin(), pinned_here.end(), setting.name) ==
+                             pinned_here.end();
+      if (setting.pinned || !users) launch.environment.emplace_back(setting.name, setting.value);
+    }
+  }
   launch.worker.recipe_path = recipe_.path;
   launch.recipe_text = recipe_.text;
   launch.worker.arm = arm;

@@ -287,15 +287,31 @@ class RankGroupRun {
           DescribeWriteError(parts_.string(), "cannot create the ranks' folder", ec.value()));
     }
     request_ = options_.worker;
-    request_.out_dir = parts_.string();
+    // Absolute: an external arm's ranks run in the recipe's folder.
+    request_.out_dir = fs::absolute(parts_).string();
     if (!options_.recipe_text.empty()) {
       // The copy keeps the file's stem: a recipe without a name key is named after it.
-      const fs::path copy =
-          parts_ / fs::path(options_.worker.recipe_path).filename().replace_extension(".toml");
+      const fs::path copy = fs::absolute(parts_) / fs::path(options_.worker.recipe_path)
+                                                       .filename()
+                                                       .replace_extension(".toml");
       WriteFileAtomically(copy.string(), options_.recipe_text);
       request_.recipe_path = copy.string();
       request_.recipe_digest = RecipeDigest(options_.recipe_text);
     }
+  }
+
+  // What a rank runs: `bitparity worker` with the request as flags, or an external arm's program.
+  ProcessOptions RankCommand() const {
+    ProcessOptions process;
+    if (!options_.external) {
+      process.executable = options_.executable;
+      process.arguments = WorkerArguments(request_);
+      return process;
+    }
+    process.executable = options_.external->executable;
+    process.arguments = options_.external->arguments;
+    process.working_directory = options_.external->working_directory;
+    return process;
   }
 
   // Every rank in one process group (led by rank 0), ended with SIGKILL if the launcher dies.
@@ -308,15 +324,18 @@ class RankGroupRun {
       // progress follower never reads a previous run's lines.
       std::error_code ec;
       fs::remove(logs_.back(), ec);
-      ProcessOptions process;
-      process.executable = options_.executable;
-      process.arguments = WorkerArguments(request_);
+      ProcessOptions process = RankCommand();
       process.set_environment = {{"RANK", std::to_string(r)},
                                  {"WORLD_SIZE", std::to_string(world_)},
                                  {"LOCAL_RANK", std::to_string(r)},
                                  {"MASTER_ADDR", "127.0.0.1"}};
       if (world_ > 1) process.set_environment["MASTER_PORT"] = std::to_string(port);
       for (const auto& [key, value] : options_.environment) process.set_environment[key] = value;
+      if (options_.external) {
+        for (const auto& [key, value] : ExternalRankVariables(request_)) {
+          process.set_environment[key] = value;
+        }
+      }
       // What this process pinned for itself is not the rank's: it pins its recipe's level.
       process.unset_environment = VariablesPinnedHere();
       process.output_path = logs_.back();
@@ -327,7 +346,7 @@ class RankGroupRun {
         SignalProcessGroup(group_, SIGKILL);
         for (ChildProcess& c : children_) c.Wait();
         throw InfrastructureError("cannot start rank " + std::to_string(r) + " (" +
-                                  options_.executable + "): " + e.what());
+                                  process.executable + "): " + e.what());
       }
       if (group_ == 0) group_ = children_.back().pid();
     }

@@ -10,17 +10,22 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "comm/rank_protocol.h"
+#include "harness/external_command.h"
 #include "trace/trace.h"
 
 namespace bitparity {
 
 struct LaunchOptions {
   std::string executable;  // the bitparity binary (its `worker` subcommand)
+  // An external arm: its program runs instead, with the request as variables
+  // (ExternalRankVariables) and the recipe's folder as its working directory.
+  std::optional<ExternalCommand> external;
   // What every rank is asked to do; the launcher sets out_dir to its own parts directory.
   WorkerRequest worker;
   // The recipe as the caller read it (non-empty): the ranks train this exact text, from a copy

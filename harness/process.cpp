@@ -58,6 +58,9 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (!options.working_directory.empty() && ::chdir(options.working_directory.c_str()) != 0) {
+    fail(errno);
+  }
   ::execvpe(argv[0], argv, envp);
   fail(errno);
   ::_exit(127);

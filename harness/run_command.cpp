@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "core/errors.h"
 #include "harness/arm_runs.h"
+#include "harness/external_command.h"
 #include "harness/attribution.h"
 #include "harness/check_plan.h"
 #include "harness/fingerprint.h"
@@ -29,6 +30,7 @@
 #include "harness/report.h"
 #include "harness/resources.h"
 #include "harness/trace_compare.h"
+#include "numerics/determinism.h"
 #include "trace/trace.h"
 
 namespace bitparity {
@@ -186,6 +188,12 @@ class RecipeRun {
       console_ << "warning: " << warning << "\n";
     }
     arms_ = SelectArms(recipe_, options_.arms);
+    for (const std::string& arm : arms_) {  // a missing program is bad input, before any run
+      const ArmConfig& config = recipe_.arm(arm);
+      if (config.engine != EngineKind::kExternal) continue;
+      ResolveExternalCommand(recipe_, config);
+      CheckEnvironmentConflicts(ToString(recipe_.parallel.device), recipe_.parallel.cpu_isa);
+    }
     ValidateOptions(options_, developer_switches_);
     out_dir_ = options_.out_dir.empty() ? "out/" + recipe_.name : options_.out_dir;
     baseline_ = recipe_.compare.baseline;

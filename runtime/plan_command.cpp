@@ -122,6 +122,10 @@ std::string PipelineReferenceSchedule(const Recipe& recipe, const ArmConfig& arm
 int PrintPlan(const std::string& recipe_path, const std::string& arm_name, bool json) {
   Recipe recipe = LoadRecipe(recipe_path);
   const ArmConfig& arm = recipe.arm(arm_name);
+  if (arm.engine == EngineKind::kExternal) {
+    throw InputError(recipe.path + ": arm '" + arm_name +
+                     "' is external: bitparity does not know its schedule");
+  }
   if (arm.engine == EngineKind::kReference) {
     const std::string schedule = recipe.parallel.pp > 1
                                      ? PipelineReferenceSchedule(recipe, arm, json)

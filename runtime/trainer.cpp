@@ -46,6 +46,8 @@ std::unique_ptr<Engine> MakeEngine(const ArmConfig& arm, GptModel* model, int64_
     case EngineKind::kOverlap:
       return std::make_unique<OverlapEngine>(model, arm, microbatches, bugs.overlap,
                                              std::move(pipeline));
+    case EngineKind::kExternal:
+      break;  // refused by the worker before a trainer is made
   }
   throw InputError(std::string("arm '") + arm.name + "': engine '" + ToString(arm.engine) +
                    "' is not available in this build");

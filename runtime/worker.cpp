@@ -183,6 +183,11 @@ std::map<std::string, std::string> RunAttributes(const Recipe& recipe, const Arm
 int Run(const WorkerRequest& request) {
   const Recipe recipe = LoadRequestedRecipe(request);
   const ArmConfig& arm = recipe.arm(request.arm);
+  if (arm.engine == EngineKind::kExternal) {
+    throw InputError(request.recipe_path + ": arm '" + arm.name +
+                     "' is external: its command trains it (bitparity run starts it), not "
+                     "bitparity worker");
+  }
   RankContext context = RankContextFromEnvironment();
   ParallelLayout layout = ParallelLayout::Make(context.rank, context.world_size, recipe.parallel.ep,
                                                recipe.model.experts, recipe.parallel.pp);

@@ -123,9 +123,8 @@ int Validate(const std::string& path) {
     PipelineScheduleConfig schedule =
         PipelineScheduleConfig::Of(pipeline, recipe.microbatches_per_rank());
     for (const bool overlap : {false, true}) {
-      const bool used = std::any_of(
-          recipe.arms.begin(), recipe.arms.end(),
-          [&](const ArmConfig& a) {
+      const bool used =
+          std::any_of(recipe.arms.begin(), recipe.arms.end(), [&](const ArmConfig& a) {
             return a.engine != EngineKind::kExternal &&
                    (a.engine == EngineKind::kOverlap) == overlap;
           });

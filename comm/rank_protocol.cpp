@@ -91,7 +91,8 @@ std::vector<std::pair<std::string, std::string>> ExternalRankVariables(
   }
   if (request.memory_timeline) out.emplace_back(kExternalMemoryTimelineVariable, "1");
   if (request.probes) out.emplace_back(kExternalProbesVariable, "1");
-  if (request.threads > 0) out.emplace_back(kExternalThreadsVariable, std::to_string(request.threads));
+  if (request.threads > 0)
+    out.emplace_back(kExternalThreadsVariable, std::to_string(request.threads));
   if (request.deterministic_algorithms) {
     out.emplace_back(kExternalDeterministicAlgorithmsVariable, "1");
   }

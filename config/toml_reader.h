@@ -214,8 +214,8 @@ class TableReader {
     if (!node) return out;
     const toml::array* array = node->as_array();
     if (!array || array->empty()) {
-      Error(key, "must be a non-empty array of strings, got " + DescribeNode(*node) +
-                     LineSuffix(*node));
+      Error(key,
+            "must be a non-empty array of strings, got " + DescribeNode(*node) + LineSuffix(*node));
       return out;
     }
     for (const toml::node& element : *array) {

@@ -94,12 +94,12 @@ LaunchOptions ArmRuns::Launch(const std::string& arm, const std::string& trace,
     // A built-in rank pins its environment itself; an external one gets it before its first
     // LibTorch call (a value the user chose for a variable that is not pinned stays).
     const std::vector<std::string> pinned_here = VariablesPinnedHere();
-    for (const EnvironmentSetting& setting : EnvironmentSettings(
-             ToString(recipe_.parallel.device), recipe_.parallel.cpu_isa)) {
+    for (const EnvironmentSetting& setting :
+         EnvironmentSettings(ToString(recipe_.parallel.device), recipe_.parallel.cpu_isa)) {
       const char* current = std::getenv(setting.name);
-      const bool users = current && *current &&
-                         std::find(pinned_here.begin(), pinned_here.end(), setting.name) ==
-                             pinned_here.end();
+      const bool users =
+          current && *current &&
+          std::find(pinned_here.begin(), pinned_here.end(), setting.name) == pinned_here.end();
       if (setting.pinned || !users) launch.environment.emplace_back(setting.name, setting.value);
     }
   }

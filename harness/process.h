@@ -19,9 +19,9 @@ struct ProcessOptions {
   std::vector<std::string> arguments;                  // after argv[0]
   std::map<std::string, std::string> set_environment;  // on top of the current environment
   std::vector<std::string> unset_environment;          // removed from it
-  std::string output_path;  // stdout and stderr, truncated; "" for /dev/null
+  std::string output_path;        // stdout and stderr, truncated; "" for /dev/null
   std::string working_directory;  // "" for this process's
-  pid_t process_group = 0;  // 0: a new group led by the child; else that group
+  pid_t process_group = 0;        // 0: a new group led by the child; else that group
   bool die_with_parent = true;
 };
 

@@ -82,6 +82,8 @@ inline constexpr char kExternalProbesVariable[] = "BITPARITY_PROBES";           
 inline constexpr char kExternalThreadsVariable[] = "BITPARITY_THREADS";
 inline constexpr char kExternalDeterministicAlgorithmsVariable[] =
     "BITPARITY_DETERMINISTIC_ALGORITHMS";  // "1"
+// The counting CPU allocator's library (core/cpu_memory_library.cpp), set by the launcher.
+inline constexpr char kExternalCpuMemoryLibraryVariable[] = "BITPARITY_CPU_MEMORY_LIBRARY";
 
 // The variables that hand `request` to an external rank process.
 std::vector<std::pair<std::string, std::string>> ExternalRankVariables(

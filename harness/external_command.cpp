@@ -37,6 +37,15 @@ std::string FindProgram(const std::string& program, const fs::path& folder) {
   return "";
 }
 
+// The counting CPU allocator's library beside this process's executable, or "".
+std::string CpuMemoryLibraryBesideExecutable() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  const fs::path library = self.parent_path() / "libbitparity_cpu_memory.so";
+  return fs::is_regular_file(library, ec) ? library.string() : "";
+}
+
 }  // namespace
 
 std::string ExternalPython() {
@@ -57,19 +66,19 @@ ExternalCommand ResolveExternalCommand(const Recipe& recipe, const ArmConfig& ar
     }
   }
   std::error_code ec;
-  const fs::path folder =
-      fs::absolute(fs::path(recipe.path).parent_path(), ec).lexically_normal();
+  const fs::path folder = fs::absolute(fs::path(recipe.path).parent_path(), ec).lexically_normal();
   ExternalCommand command;
   command.executable = FindProgram(argv[0], folder);
   if (command.executable.empty()) {
-    throw InputError(where + ": '" + argv[0] + "' " +
-                     (argv[0].find('/') != std::string::npos
-                          ? "is not a runnable file (relative paths are from " + folder.string() +
-                                ")"
-                          : "is not found on PATH"));
+    throw InputError(
+        where + ": '" + argv[0] + "' " +
+        (argv[0].find('/') != std::string::npos
+             ? "is not a runnable file (relative paths are from " + folder.string() + ")"
+             : "is not found on PATH"));
   }
   command.arguments.assign(argv.begin() + 1, argv.end());
   command.working_directory = folder.string();
+  command.cpu_memory_library = CpuMemoryLibraryBesideExecutable();
   return command;
 }
 

@@ -18,6 +18,9 @@ struct ExternalCommand {
   std::string executable;  // absolute
   std::vector<std::string> arguments;
   std::string working_directory;  // absolute: the recipe's folder
+  // libbitparity_cpu_memory.so next to this bitparity (core/cpu_memory_library.cpp), handed to
+  // the ranks in BITPARITY_CPU_MEMORY_LIBRARY; "" when the build has none.
+  std::string cpu_memory_library;
 };
 
 // The command of `arm` (an external one), resolved. InputError naming the recipe, the arm and

@@ -291,9 +291,9 @@ class RankGroupRun {
     request_.out_dir = fs::absolute(parts_).string();
     if (!options_.recipe_text.empty()) {
       // The copy keeps the file's stem: a recipe without a name key is named after it.
-      const fs::path copy = fs::absolute(parts_) / fs::path(options_.worker.recipe_path)
-                                                       .filename()
-                                                       .replace_extension(".toml");
+      const fs::path copy =
+          fs::absolute(parts_) /
+          fs::path(options_.worker.recipe_path).filename().replace_extension(".toml");
       WriteFileAtomically(copy.string(), options_.recipe_text);
       request_.recipe_path = copy.string();
       request_.recipe_digest = RecipeDigest(options_.recipe_text);
@@ -334,6 +334,10 @@ class RankGroupRun {
       if (options_.external) {
         for (const auto& [key, value] : ExternalRankVariables(request_)) {
           process.set_environment[key] = value;
+        }
+        if (!options_.external->cpu_memory_library.empty()) {
+          process.set_environment[kExternalCpuMemoryLibraryVariable] =
+              options_.external->cpu_memory_library;
         }
       }
       // What this process pinned for itself is not the rank's: it pins its recipe's level.

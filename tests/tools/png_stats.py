@@ -4,6 +4,7 @@
 The browser test of report.html (tests/e2e/html_report_test.cpp) reads a headless Chromium
 screenshot with it: a blank page is all one colour. Standard library only (zlib).
 """
+
 import struct
 import sys
 import zlib
@@ -15,12 +16,14 @@ def main(path):
         sys.exit(f"{path}: not a PNG file")
     pos, idat, width, height, channels = 8, b"", 0, 0, 0
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             width, height, depth, color = struct.unpack(">IIBB", body[:10])
             if depth != 8 or color not in (2, 6):
-                sys.exit(f"{path}: only 8-bit RGB or RGBA PNGs are read (depth {depth}, colour {color})")
+                sys.exit(
+                    f"{path}: only 8-bit RGB or RGBA PNGs are read (depth {depth}, colour {color})"
+                )
             channels = 3 if color == 2 else 4
         elif kind == b"IDAT":
             idat += body
@@ -31,7 +34,7 @@ def main(path):
     non_white, colors = 0, set()
     for y in range(height):
         start = y * (stride + 1)
-        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
         for i in range(stride):
             a = line[i - channels] if i >= channels else 0
             b = previous[i]
@@ -48,7 +51,7 @@ def main(path):
                 line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
         if y % 2 == 0:  # every other row is plenty for the statistics
             for x in range(0, stride, channels * 2):
-                pixel = bytes(line[x:x + 3])
+                pixel = bytes(line[x : x + 3])
                 colors.add(pixel)
                 if pixel != b"\xff\xff\xff":
                     non_white += 1

@@ -1,0 +1,106 @@
+"""Node probes of a PyTorch model: the digest, dtype and shape of every tensor that leaves a
+submodule's forward (phase "forward", or "replay" when activation checkpointing recomputes it
+during backward) and of every input gradient its backward produces (phase "backward")."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+from bitparity.digest import dtype_name, tensor_digest
+from bitparity.trace_file import ProbeRow, join_shape
+
+
+def in_backward() -> bool:
+    """Whether the autograd engine is running a backward pass on this thread: a forward run then
+    is a checkpoint's recompute (reentrant or not)."""
+    return torch._C._current_graph_task_id() != -1
+
+
+def _tensors(value) -> list[tuple[int, torch.Tensor]]:
+    """(slot, tensor) of a module's output: slot 0 for a tensor, each element's index for a tuple
+    or list (non-tensor elements are skipped, keeping the other slots)."""
+    if isinstance(value, torch.Tensor):
+        return [(0, value)]
+    if isinstance(value, (tuple, list)):
+        return [(i, v) for i, v in enumerate(value) if isinstance(v, torch.Tensor)]
+    return []
+
+
+class ProbeRecorder:
+    """Collects ProbeRow records from hooks on a model's submodules.
+
+    `iteration` and `microbatch` are the keys of the rows recorded now (the recorder's
+    microbatch context sets them); `seconds` accumulates the time the hooks spent.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[ProbeRow] = []
+        self.iteration = 0
+        self.microbatch = 0
+        self.seconds = 0.0
+        self._handles: list = []
+
+    def _record(self, layer: str, node: str, phase: str, slot: int, tensor: torch.Tensor) -> None:
+        started = time.perf_counter()
+        self.rows.append(
+            ProbeRow(
+                iteration=self.iteration,
+                microbatch=self.microbatch,
+                chunk=0,
+                slot=slot,
+                digest=tensor_digest(tensor),
+                layer=layer,
+                node=node,
+                phase=phase,
+                dtype=dtype_name(tensor.dtype),
+                shape=join_shape(tensor.shape),
+            )
+        )
+        self.seconds += time.perf_counter() - started
+
+    def _forward_hook(self, layer: str, node: str):
+        def hook(module, inputs, output):
+            phase = "replay" if in_backward() else "forward"
+            for slot, tensor in _tensors(output):
+                self._record(layer, node, phase, slot, tensor)
+
+        return hook
+
+    def _backward_hook(self, layer: str, node: str):
+        def hook(module, grad_input, grad_output):
+            for slot, gradient in enumerate(grad_input):
+                if gradient is not None:
+                    self._record(layer, node, "backward", slot, gradient)
+
+        return hook
+
+    def attach(self, model: torch.nn.Module) -> None:
+        """Hooks every submodule of `model` with a non-empty qualified name. A module whose
+        backward cannot be hooked keeps its forward probe and is named in one warning line."""
+        skipped = []
+        for layer, module in model.named_modules():
+            if not layer:
+                continue
+            node = type(module).__name__
+            self._handles.append(module.register_forward_hook(self._forward_hook(layer, node)))
+            try:
+                handle = module.register_full_backward_hook(self._backward_hook(layer, node))
+            except Exception as error:  # torch raises several types here
+                skipped.append(f"{layer} ({error})")
+                continue
+            self._handles.append(handle)
+        if skipped:
+            print(
+                "warning: bitparity probes: no backward probe on " + "; ".join(skipped),
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def detach(self) -> None:
+        """Removes every hook `attach` registered."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()

@@ -238,7 +238,7 @@ const KeyTable<ArmConfig>& ArmKeys() {
                     }
                     arm->engine = r.Enum("engine", arm->engine, kEngineNames);
                   })
-          .Custom("command", "array of strings", "",
+          .Custom("command", "array of strings", "engine \"external\": required",
                   "an external arm: the program that trains it and its arguments (no shell), run "
                   "once per rank from the recipe's folder; \"{python}\" names the Python "
                   "environment bitparity was built with (docs/external-arms.md)",

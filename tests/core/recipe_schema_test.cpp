@@ -85,7 +85,7 @@ TEST(RecipeSchema, ArmKeysAreTheArmTablesKeys) {
   for (const RecipeKeyDoc& d : RecipeKeyDocs()) {
     if (d.table == "[arms.NAME]") known += (known.empty() ? "" : ", ") + d.key;
   }
-  EXPECT_EQ(known, "engine, dispatcher, delay_wgrad, recompute, precision");
+  EXPECT_EQ(known, "engine, command, dispatcher, delay_wgrad, recompute, precision");
   try {
     ParseRecipe("[arms.reference]\nengine = \"reference\"\nrecomput = {}\n", "keys.toml");
     FAIL() << "an unknown key was accepted";

@@ -1,10 +1,9 @@
 """Node probes of a PyTorch model: the digest, dtype and shape of every tensor that leaves a
 submodule's forward (phase "forward", or "replay" when activation checkpointing recomputes it
-during backward) and of every input gradient its backward produces (phase "backward")."""
+during backward) and of the gradient of every input it was given (phase "backward")."""
 
 from __future__ import annotations
 
-import sys
 import time
 
 import torch
@@ -69,34 +68,40 @@ class ProbeRecorder:
 
         return hook
 
-    def _backward_hook(self, layer: str, node: str):
-        def hook(module, grad_input, grad_output):
-            for slot, gradient in enumerate(grad_input):
-                if gradient is not None:
-                    self._record(layer, node, "backward", slot, gradient)
+    def _input_gradient_hooks(self, layer: str, node: str):
+        """A forward pre-hook that hooks each input tensor the backward will reach: its gradient,
+        summed over every use, is recorded when the autograd engine has it (phase "backward").
 
-        return hook
+        Tensor hooks leave the graph as it is. A module's full backward hook would not: it wraps
+        the inputs in an identity node, so a gradient whose contributions come from inside and
+        outside the module is summed in another grouping, and the probes would change the bits
+        of the training they watch."""
+
+        def record(slot: int):
+            def hook(gradient: torch.Tensor) -> None:
+                self._record(layer, node, "backward", slot, gradient)
+
+            return hook
+
+        def pre_hook(module, inputs):
+            if not torch.is_grad_enabled():
+                return  # a reentrant checkpoint's first pass: its replay builds the graph
+            for slot, tensor in _tensors(tuple(inputs)):
+                if tensor.requires_grad:
+                    tensor.register_hook(record(slot))
+
+        return pre_hook
 
     def attach(self, model: torch.nn.Module) -> None:
-        """Hooks every submodule of `model` with a non-empty qualified name. A module whose
-        backward cannot be hooked keeps its forward probe and is named in one warning line."""
-        skipped = []
+        """Hooks every submodule of `model` with a non-empty qualified name: its outputs going
+        forward, and the gradients of its inputs coming back."""
         for layer, module in model.named_modules():
             if not layer:
                 continue
             node = type(module).__name__
             self._handles.append(module.register_forward_hook(self._forward_hook(layer, node)))
-            try:
-                handle = module.register_full_backward_hook(self._backward_hook(layer, node))
-            except Exception as error:  # torch raises several types here
-                skipped.append(f"{layer} ({error})")
-                continue
-            self._handles.append(handle)
-        if skipped:
-            print(
-                "warning: bitparity probes: no backward probe on " + "; ".join(skipped),
-                file=sys.stderr,
-                flush=True,
+            self._handles.append(
+                module.register_forward_pre_hook(self._input_gradient_hooks(layer, node))
             )
 
     def detach(self) -> None:

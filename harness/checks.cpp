@@ -318,6 +318,15 @@ CheckResult CheckMemory(const MemoryBound& bound, int64_t peak_arm, int64_t peak
   result.figures["reference_peak_bytes"] = peak_of;
   result.figures["ratio"] = ratio;
   result.figures["at_most"] = bound.at_most;
+  if (peak_arm <= 0 || peak_of <= 0) {
+    // An external rank that could not count its tensors records -1 (rank attribute memory
+    // "unavailable", docs/external-arms.md): no bound can be checked against it.
+    result.verdict = Verdict::kSkipped;
+    result.summary = std::string("no peak memory recorded by ") +
+                     (peak_arm <= 0 ? bound.arm : bound.of) +
+                     " (its ranks could not count their tensor bytes)";
+    return result;
+  }
   char line[200];
   std::snprintf(line, sizeof(line), "peak %.2f MiB = %.3f x %s's %.2f MiB (bound %.3f)",
                 peak_arm / 1048576.0, ratio, bound.of.c_str(), peak_of / 1048576.0, bound.at_most);

@@ -94,6 +94,14 @@ CheckResult CheckGoldenMemory(const std::string& arm, const Trace& run, const Tr
     const std::vector<IterationRecord>& a = run.ranks[r].iterations;
     const std::vector<IterationRecord>& g = golden.ranks[r].iterations;
     for (size_t i = 0; i < std::min(a.size(), g.size()); ++i) {
+      if (a[i].peak_bytes < 0 || g[i].peak_bytes < 0) {
+        // An external rank that could not count its tensors (docs/external-arms.md).
+        result.verdict = Verdict::kSkipped;
+        result.summary = std::string(a[i].peak_bytes < 0 ? "the run" : "the golden") +
+                         " recorded no peak memory (rank " + std::to_string(r) +
+                         " could not count its tensor bytes)";
+        return result;
+      }
       ++compared;
       const double distance =
           g[i].peak_bytes == 0 ? (a[i].peak_bytes == 0 ? 0.0 : INFINITY)

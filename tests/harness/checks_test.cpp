@@ -12,6 +12,7 @@
 #include "config/recipe_edit.h"
 #include "core/errors.h"
 #include "harness/fingerprint.h"
+#include "harness/golden_check.h"
 #include "harness/matrix_command.h"
 #include "harness/resources.h"
 #include "tests/support/test_support.h"
@@ -94,6 +95,26 @@ TEST(Checks, MemoryBoundComparesTheRatio) {
   EXPECT_DOUBLE_EQ(within.figures["ratio"].get<double>(), 0.4);
   EXPECT_EQ(CheckMemory(bound, 51, 100).verdict, Verdict::kFail);
   EXPECT_EQ(MemoryCheckName(bound), "overlap vs reference: peak memory");
+}
+
+// An external arm whose ranks could not count their tensors records -1 peaks (no peak at all):
+// the memory checks say so instead of passing a ratio of nothing.
+TEST(Checks, MemoryChecksSkipAnArmWithoutPeakMemory) {
+  const MemoryBound bound{"python", "reference", 0.5};
+  const CheckResult missing = CheckMemory(bound, 0, 100);
+  EXPECT_EQ(missing.verdict, Verdict::kSkipped);
+  EXPECT_NE(missing.summary.find("no peak memory recorded by python"), std::string::npos)
+      << missing.summary;
+  EXPECT_EQ(CheckMemory(bound, 40, 0).verdict, Verdict::kSkipped);
+
+  const Trace golden = testing::MakeTrace(2, 2);
+  Trace run = golden;
+  EXPECT_EQ(CheckGoldenMemory("python", run, golden, 0.05).verdict, Verdict::kPass);
+  run.ranks[1].iterations[0].peak_bytes = -1;
+  const CheckResult unavailable = CheckGoldenMemory("python", run, golden, 0.05);
+  EXPECT_EQ(unavailable.verdict, Verdict::kSkipped);
+  EXPECT_NE(unavailable.summary.find("the run recorded no peak memory (rank 1"), std::string::npos)
+      << unavailable.summary;
 }
 
 TEST(Checks, MemoryModelNeedsAPredictionAndGatesOnTheRelativeError) {

@@ -88,6 +88,11 @@ def gradient_norm(parameters: list[torch.Tensor]) -> float:
     return math.sqrt(float(total))
 
 
+def _request_field(name: str, doc: str) -> property:
+    """A read-only property of the Recorder that is the field `name` of its request."""
+    return property(lambda recorder: getattr(recorder._request, name), doc=doc)
+
+
 class Recorder:
     """One rank's recorder. Create it with `Recorder.from_env()`."""
 
@@ -124,35 +129,13 @@ class Recorder:
 
     # -- the request ------------------------------------------------------------------------
 
-    @property
-    def rank(self) -> int:
-        return self._request.rank
-
-    @property
-    def world_size(self) -> int:
-        return self._request.world_size
-
-    @property
-    def recipe(self) -> dict:
-        """The recipe as parsed TOML (read once; never reread)."""
-        return self._request.recipe
-
-    @property
-    def recipe_text(self) -> str:
-        return self._request.recipe_text
-
-    @property
-    def arm(self) -> str:
-        return self._request.arm
-
-    @property
-    def iterations(self) -> int:
-        """The recipe's `[train] iterations` (10 when absent)."""
-        return self._request.iterations
-
-    @property
-    def probes_on(self) -> bool:
-        return self._request.probes
+    rank = _request_field("rank", "This rank (RANK).")
+    world_size = _request_field("world_size", "The ranks of the run (WORLD_SIZE).")
+    recipe = _request_field("recipe", "The recipe as parsed TOML (read once; never reread).")
+    recipe_text = _request_field("recipe_text", "The recipe's text, as the launcher read it.")
+    arm = _request_field("arm", "The arm's name (BITPARITY_ARM).")
+    iterations = _request_field("iterations", "The recipe's [train] iterations (10 if absent).")
+    probes_on = _request_field("probes", "Whether module probes are recorded.")
 
     @property
     def trace_path(self) -> str:

@@ -8,7 +8,6 @@
 
 #include "comm/rank_protocol.h"
 #include "core/errors.h"
-#include "numerics/determinism.h"
 #include "trace/trace_keys.h"
 
 namespace bitparity {
@@ -92,16 +91,8 @@ LaunchOptions ArmRuns::Launch(const std::string& arm, const std::string& trace,
   if (const ArmConfig& config = recipe_.arm(arm); config.engine == EngineKind::kExternal) {
     launch.external = ResolveExternalCommand(recipe_, config);
     // A built-in rank pins its environment itself; an external one gets it before its first
-    // LibTorch call (a value the user chose for a variable that is not pinned stays).
-    const std::vector<std::string> pinned_here = VariablesPinnedHere();
-    for (const EnvironmentSetting& setting :
-         EnvironmentSettings(ToString(recipe_.parallel.device), recipe_.parallel.cpu_isa)) {
-      const char* current = std::getenv(setting.name);
-      const bool users =
-          current && *current &&
-          std::find(pinned_here.begin(), pinned_here.end(), setting.name) == pinned_here.end();
-      if (setting.pinned || !users) launch.environment.emplace_back(setting.name, setting.value);
-    }
+    // LibTorch call (and a rerun's own variables after it).
+    launch.environment = ExternalLibrarySettings(recipe_);
   }
   launch.worker.recipe_path = recipe_.path;
   launch.recipe_text = recipe_.text;
@@ -110,7 +101,7 @@ LaunchOptions ArmRuns::Launch(const std::string& arm, const std::string& trace,
   launch.log_dir = (fs::path(trace).parent_path() / "logs").string();
   launch.world_size = recipe_.world_size();
   launch.timeout_seconds = recipe_.parallel.timeout_seconds;
-  launch.environment = env;
+  launch.environment.insert(launch.environment.end(), env.begin(), env.end());
   launch.worker.memory_timeline = options_.memory_timeline;
   launch.worker.probes = probes_;
   launch.trace_attributes[trace_keys::kCommandLine] = options_.command_line;

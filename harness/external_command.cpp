@@ -1,12 +1,20 @@
 #include "harness/external_command.h"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "core/errors.h"
+#include "harness/process.h"
+#include "numerics/determinism.h"
 
 namespace bitparity {
 namespace {
@@ -14,6 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kPythonPlaceholder[] = "{python}";
+constexpr char kProvenanceOnlyVariable[] = "BITPARITY_PROVENANCE_ONLY";
+constexpr char kProvenanceTag[] = "@provenance ";
 
 bool IsRunnableFile(const fs::path& path) {
   std::error_code ec;
@@ -80,6 +90,79 @@ ExternalCommand ResolveExternalCommand(const Recipe& recipe, const ArmConfig& ar
   command.working_directory = folder.string();
   command.cpu_memory_library = CpuMemoryLibraryBesideExecutable();
   return command;
+}
+
+std::vector<std::pair<std::string, std::string>> ExternalLibrarySettings(const Recipe& recipe) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::vector<std::string> pinned_here = VariablesPinnedHere();
+  for (const EnvironmentSetting& setting :
+       EnvironmentSettings(ToString(recipe.parallel.device), recipe.parallel.cpu_isa)) {
+    const char* current = std::getenv(setting.name);
+    const bool users =
+        current && *current &&
+        std::find(pinned_here.begin(), pinned_here.end(), setting.name) == pinned_here.end();
+    if (setting.pinned || !users) out.emplace_back(setting.name, setting.value);
+  }
+  return out;
+}
+
+namespace {
+
+// The `@provenance key=value` lines of `log`.
+std::map<std::string, std::string> ProvenanceLines(const std::string& log) {
+  std::map<std::string, std::string> facts;
+  std::ifstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(kProvenanceTag, 0) != 0) continue;
+    const std::string fact = line.substr(std::strlen(kProvenanceTag));
+    const size_t equals = fact.find('=');
+    if (equals != std::string::npos) facts[fact.substr(0, equals)] = fact.substr(equals + 1);
+  }
+  return facts;
+}
+
+}  // namespace
+
+ExternalProvenance AskExternalProvenance(const Recipe& recipe, const ArmConfig& arm,
+                                         const std::string& log_path) {
+  const ExternalCommand command = ResolveExternalCommand(recipe, arm);
+  ProcessOptions options;
+  options.executable = command.executable;
+  options.arguments = command.arguments;
+  options.working_directory = command.working_directory;
+  options.set_environment = {{"RANK", "0"},
+                             {"LOCAL_RANK", "0"},
+                             {"WORLD_SIZE", std::to_string(recipe.world_size())},
+                             {"BITPARITY_RECIPE", fs::absolute(recipe.path).string()},
+                             {"BITPARITY_ARM", arm.name},
+                             {kProvenanceOnlyVariable, "1"}};
+  for (const auto& [key, value] : ExternalLibrarySettings(recipe)) {
+    options.set_environment[key] = value;
+  }
+  options.output_path = log_path;
+  options.process_group = 0;
+  ExternalProvenance out;
+  ChildProcess child = ChildProcess::Start(options);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(recipe.parallel.timeout_seconds);
+  while (!child.Poll()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      SignalProcessGroup(child.pid(), SIGKILL);
+      child.Wait();
+      out.failure = "it was still running after the recipe's timeout";
+      return out;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  out.facts = ProvenanceLines(log_path);
+  if (child.exit_code() != 0) {
+    out.failure = "it exited with code " + std::to_string(child.exit_code());
+  } else if (out.facts.empty()) {
+    out.failure = "it printed no provenance (a program without the bitparity recorder)";
+  }
+  if (!out.failure.empty()) out.facts.clear();
+  return out;
 }
 
 }  // namespace bitparity

@@ -1,5 +1,7 @@
 #include "harness/run_command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -197,7 +199,7 @@ class RecipeRun {
     ValidateOptions(options_, developer_switches_);
     out_dir_ = options_.out_dir.empty() ? "out/" + recipe_.name : options_.out_dir;
     baseline_ = recipe_.compare.baseline;
-    fingerprint_ = LocalFingerprint(recipe_);
+    fingerprint_ = BaselineFingerprint();
     std::error_code ec;
     if (fs::exists(goldens_.dir(), ec) && !fs::is_directory(goldens_.dir(), ec)) {
       throw InputError(goldens_.dir() + ": the golden store is not a directory");
@@ -211,6 +213,29 @@ class RecipeRun {
     runs_ = std::make_unique<ArmRuns>(recipe_, options_, out_dir_,
                                       ParsePerturbations(options_.perturb, arms_, options_.repeats),
                                       probes(), console_);
+  }
+
+  // The fingerprint the baseline's golden is keyed by: this process's, or for an external
+  // baseline the one of the provenance its ranks will record (asked before any training; when
+  // the program cannot tell, the golden check is skipped saying why).
+  Fingerprint BaselineFingerprint() {
+    const Fingerprint local = LocalFingerprint(recipe_);
+    const bool selected = std::find(arms_.begin(), arms_.end(), baseline_) != arms_.end();
+    if (options_.no_golden || !selected || recipe_.arm(baseline_).engine != EngineKind::kExternal) {
+      return local;
+    }
+    const fs::path log =
+        fs::temp_directory_path() / ("bitparity-provenance." + std::to_string(::getpid()) + ".log");
+    const ExternalProvenance asked =
+        AskExternalProvenance(recipe_, recipe_.arm(baseline_), log.string());
+    std::error_code ec;
+    fs::remove(log, ec);
+    if (!asked.failure.empty()) {
+      baseline_provenance_failure_ = "the baseline " + baseline_ +
+                                     "'s command was asked for its provenance and " + asked.failure;
+      return local;
+    }
+    return MakeFingerprint(asked.facts, recipe_.parallel.threads, recipe_.world_size());
   }
 
   // Every folder the runs write, made before any training: an output path that cannot take
@@ -340,8 +365,9 @@ class RecipeRun {
     input.require = options_.require_golden;
     input.memory_tolerance = recipe_.compare.golden_memory;
     input.skip_reason = golden_skip_;
+    if (input.skip_reason.empty()) input.skip_reason = baseline_provenance_failure_;
     const Fingerprint recorded = TraceFingerprint(*input.run);
-    if (recorded.key != fingerprint_.key) {
+    if (input.skip_reason.empty() && recorded.key != fingerprint_.key) {
       input.skip_reason = "the ranks ran under fingerprint " + recorded.key + ", not " +
                           fingerprint_.key + " (differs in " +
                           fingerprint_.DifferingFields(recorded) + ")";
@@ -437,6 +463,7 @@ class RecipeRun {
   std::string golden_path_;
   GoldenLookup golden_lookup_;
   std::string golden_skip_;
+  std::string baseline_provenance_failure_;  // why an external baseline has no fingerprint
   std::vector<PlannedCheck> plan_;
   std::unique_ptr<ArmRuns> runs_;
   std::vector<CheckResult> checks_;

@@ -36,7 +36,12 @@ from bitparity.digest import recipe_digest, tensor_digest
 from bitparity.memory import MemoryMeter
 from bitparity.probes import ProbeRecorder
 from bitparity.provenance import provenance
-from bitparity.request import RunRequest, read_request
+from bitparity.request import (
+    PROVENANCE_ONLY_VARIABLE,
+    RunRequest,
+    read_request,
+    recipe_device,
+)
 from bitparity.trace_file import ITERATION_COLUMNS, RankPart, write_part
 
 LOSS_NAMES = ("loss", "lm_loss", "mtp_loss", "aux_loss")
@@ -88,6 +93,16 @@ def gradient_norm(parameters: list[torch.Tensor]) -> float:
     return math.sqrt(float(total))
 
 
+def _report_provenance_and_exit() -> None:
+    """BITPARITY_PROVENANCE_ONLY=1: bitparity asks what this process's ranks would record as
+    their provenance (for the golden's fingerprint) before any rank trains. Prints one
+    `@provenance key=value` line a fact and exits 0, before the training loop starts."""
+    for key, value in provenance(recipe_device()).items():
+        print(f"@provenance {key.removeprefix('provenance.')}={value}")
+    sys.stdout.flush()
+    sys.exit(0)
+
+
 def _request_field(name: str, doc: str) -> property:
     """A read-only property of the Recorder that is the field `name` of its request."""
     return property(lambda recorder: getattr(recorder._request, name), doc=doc)
@@ -119,6 +134,8 @@ class Recorder:
         peak-memory window and prints `@rank rank=R pid=P pgid=G`. `model_name` names the arm
         when BITPARITY_ARM is unset. A bad request exits with code 2.
         """
+        if os.environ.get(PROVENANCE_ONLY_VARIABLE, "") == "1":
+            _report_provenance_and_exit()
         request = read_request(model_name)
         _configure_torch(request)
         sys.excepthook = _report_uncaught

@@ -28,6 +28,7 @@ STOP_AFTER_VARIABLE = "BITPARITY_STOP_AFTER"
 PROBES_VARIABLE = "BITPARITY_PROBES"
 THREADS_VARIABLE = "BITPARITY_THREADS"
 DETERMINISTIC_VARIABLE = "BITPARITY_DETERMINISTIC_ALGORITHMS"
+PROVENANCE_ONLY_VARIABLE = "BITPARITY_PROVENANCE_ONLY"
 
 STANDALONE_TRACE_DIR = "bitparity-trace"
 
@@ -174,3 +175,9 @@ def read_request(model_name: str | None = None) -> RunRequest:
         deterministic_algorithms=os.environ.get(DETERMINISTIC_VARIABLE, "") == "1",
         device=str(parallel.get("device", "cpu")),
     )
+
+
+def recipe_device() -> str:
+    """The recipe's `[parallel] device` ("cpu" when absent), read without any other request."""
+    _, _, recipe = _read_recipe()
+    return str(recipe.get("parallel", {}).get("device", "cpu"))

@@ -302,3 +302,16 @@ def test_missing_cpu_memory_library_exits_2(run_dir, monkeypatch, capsys):
         Recorder.from_env()
     assert caught.value.code == 2
     assert "BITPARITY_CPU_MEMORY_LIBRARY" in capsys.readouterr().err
+
+
+def test_provenance_only_prints_the_facts_and_exits_before_training(run_dir, monkeypatch, capsys):
+    monkeypatch.setenv("BITPARITY_PROVENANCE_ONLY", "1")
+    with pytest.raises(SystemExit) as caught:
+        Recorder.from_env()
+    assert caught.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    facts = dict(line.removeprefix("@provenance ").split("=", 1) for line in lines)
+    assert all(line.startswith("@provenance ") for line in lines)
+    assert facts["libtorch_version"] == torch.__version__.split("+")[0]
+    assert {"blas", "onednn_version", "cpu_isa", "compiler", "device"} <= facts.keys()
+    assert os.listdir(run_dir / "out") == [], "it wrote a part"

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -161,6 +162,44 @@ TEST(ExternalArm, RecipeRefusesAMalformedExternalArm) {
     EXPECT_NE(r.output.find(message), std::string::npos) << arm << r.output;
     EXPECT_FALSE(fs::exists(dir.File("out"))) << arm;
   }
+}
+
+// The golden of an external baseline is keyed by the fingerprint its ranks record (asked of the
+// program before any training): recorded once, matched by the next run, and failed by a run whose
+// program computes something else under the same recipe name.
+TEST(ExternalArm, ExternalBaselineGoldenIsRecordedMatchedAndCatchesAChange) {
+  testing::TempDir dir;
+  std::string text = testing::ReadFile(Example("recipe.toml"));
+  const std::string program = "\"" + Example("train.py") + "\"";
+  for (size_t at = text.find("\"train.py\""); at != std::string::npos;
+       at = text.find("\"train.py\"", at + program.size())) {
+    text.replace(at, std::strlen("\"train.py\""), program);
+  }
+  const std::string recipe = dir.Write("golden.toml", text);
+  const std::vector<std::string> common = {"--arms", "eager", "--golden-dir", dir.File("goldens")};
+  auto run = [&](const std::string& recipe_path, const std::string& out,
+                 std::vector<std::string> extra) {
+    std::vector<std::string> args = {"run", recipe_path, "--out", dir.File(out)};
+    args.insert(args.end(), common.begin(), common.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    return testing::RunBitparity(args, TreeRecorder());
+  };
+  testing::CommandResult recorded = run(recipe, "recorded", {"--update-golden"});
+  ASSERT_EQ(recorded.exit_code, 0) << recorded.output;
+  ASSERT_TRUE(fs::is_directory(dir.File("goldens/torch_moe"))) << recorded.output;
+
+  testing::CommandResult matched = run(recipe, "matched", {});
+  ASSERT_EQ(matched.exit_code, 0) << matched.output;
+  EXPECT_EQ(Verdict(dir.File("matched/junit.xml"), "golden: eager"), "pass") << matched.output;
+
+  std::string changed_text = text;
+  const size_t eager = changed_text.find("\"--variant\", \"eager\"");
+  ASSERT_NE(eager, std::string::npos);
+  changed_text.replace(eager, std::strlen("\"--variant\", \"eager\""), "\"--variant\", \"wrong\"");
+  const std::string changed = dir.Write("changed.toml", changed_text);
+  testing::CommandResult caught = run(changed, "caught", {});
+  EXPECT_EQ(caught.exit_code, 1) << caught.output;
+  EXPECT_EQ(Verdict(dir.File("caught/junit.xml"), "golden: eager"), "failure") << caught.output;
 }
 
 // Every dtype a trace holds, made by the same operations on both sides: the C++ recorder's digest

@@ -21,7 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kPythonPlaceholder[] = "{python}";
+constexpr char kPythonInterpreterArgument[] = "{python}";
 constexpr char kProvenanceOnlyVariable[] = "BITPARITY_PROVENANCE_ONLY";
 constexpr char kProvenanceTag[] = "@provenance ";
 
@@ -68,7 +68,7 @@ ExternalCommand ResolveExternalCommand(const Recipe& recipe, const ArmConfig& ar
   if (arm.command.empty()) throw InputError(where + " is empty");
   std::vector<std::string> argv = arm.command;
   for (std::string& argument : argv) {
-    if (argument != kPythonPlaceholder) continue;
+    if (argument != kPythonInterpreterArgument) continue;
     argument = ExternalPython();
     if (argument.empty()) {
       throw InputError(where + ": \"{python}\" names no interpreter in this build; set " +

@@ -190,10 +190,14 @@ class RecipeRun {
       console_ << "warning: " << warning << "\n";
     }
     arms_ = SelectArms(recipe_, options_.arms);
+    bool any_external = false;
     for (const std::string& arm : arms_) {  // a missing program is bad input, before any run
       const ArmConfig& config = recipe_.arm(arm);
       if (config.engine != EngineKind::kExternal) continue;
       ResolveExternalCommand(recipe_, config);
+      any_external = true;
+    }
+    if (any_external) {  // its ranks get the pinned settings from this process's environment
       CheckEnvironmentConflicts(ToString(recipe_.parallel.device), recipe_.parallel.cpu_isa);
     }
     ValidateOptions(options_, developer_switches_);

@@ -2,9 +2,13 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <exception>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "harness/launcher.h"
@@ -20,7 +24,7 @@ void RunOnThreadWorld(int64_t world,
   // intra-op thread count before its first operation, as a rank process does.
   const int intra_op_threads = at::get_num_threads();
   std::mutex mutex;
-  std::exception_ptr error;
+  std::vector<std::pair<int64_t, std::exception_ptr>> errors;  // in the order they were thrown
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
@@ -35,12 +39,28 @@ void RunOnThreadWorld(int64_t world,
         comm->Barrier();
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex);
-        if (!error) error = std::current_exception();
+        errors.emplace_back(r, std::current_exception());
       }
     });
   }
   for (std::thread& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  if (errors.empty()) return;
+  if (errors.size() == 1) std::rethrow_exception(errors.front().second);
+  // Several ranks failed: one of them first, the others often because it left (a transfer
+  // reset); which came first is a race, so every rank's message is kept, by rank.
+  std::sort(errors.begin(), errors.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string joined;
+  for (const auto& [rank, error] : errors) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      joined += (joined.empty() ? "" : "; ") + ("rank " + std::to_string(rank) + ": ") + e.what();
+    } catch (...) {
+      joined += (joined.empty() ? "" : "; ") + ("rank " + std::to_string(rank) + ": unknown");
+    }
+  }
+  throw std::runtime_error(joined);
 }
 
 }  // namespace bitparity::testing

@@ -59,10 +59,11 @@ ModelConfig Recipe::model_of(const ArmConfig& arm) const {
 }
 
 PipelineLayout Recipe::pipeline() const {
-  return model.pipeline_layout.empty()
-             ? EvenPipelineLayout(parallel.pp, parallel.vpp, model.layers, model.mtp_layers)
-             : ParsePipelineLayout(model.pipeline_layout, parallel.pp, model.layers,
-                                   model.mtp_layers);
+  PipelineLayout layout =
+      model.pipeline_layout.empty()
+          ? EvenPipelineLayout(parallel.pp, parallel.vpp, model.layers, model.mtp_layers)
+          : ParsePipelineLayout(model.pipeline_layout, parallel.pp, model.layers, model.mtp_layers);
+  return model.mhc() ? WithFinalNormOnTheMtpStage(std::move(layout)) : layout;
 }
 
 std::string Tolerance::Describe() const {
@@ -125,14 +126,6 @@ void ValidateShapes(const Recipe& recipe, Diagnostics* diag) {
               "min_length must be > [model] mtp_layers (" + std::to_string(m.mtp_layers) +
                   ": a sample must keep a token after its MTP depths roll it left), got " +
                   std::to_string(recipe.data.min_length));
-  }
-  if (m.mhc() && (recipe.parallel.pp > 1 || recipe.parallel.vpp > 1)) {
-    diag->Add("[model]",
-              "mhc_streams > 0 needs [parallel] pp = 1 and vpp = 1 (pipeline stages "
-              "would exchange the n-stream residual, which is not built yet), got pp "
-              "= " +
-                  std::to_string(recipe.parallel.pp) +
-                  ", vpp = " + std::to_string(recipe.parallel.vpp));
   }
   if (m.mhc() && m.mtp_layers > 1) {
     diag->Add("[model]",

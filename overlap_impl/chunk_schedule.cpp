@@ -134,13 +134,13 @@ void ChunkSchedule::PostReceive(Phase phase) {
   if (phase == Phase::kForward) {
     activation_posted_ns_ = SteadyNanoseconds();
     activation_receive_ = pipeline->StartRecv(
-        {rows * plan_->input_parts, c.seq_len, c.hidden}, context_->model->compute_dtype(),
-        PeerRank(/*previous=*/true),
+        {rows * plan_->input_parts, c.seq_len, plan_->input_width},
+        context_->model->compute_dtype(), PeerRank(/*previous=*/true),
         PipelineTag(plan_->stage.index - 1, state_.microbatch, microbatches, false));
   } else {
     gradient_posted_ns_ = SteadyNanoseconds();
     gradient_receive_ =
-        pipeline->StartRecv({rows * plan_->output_parts, c.seq_len, c.hidden},
+        pipeline->StartRecv({rows * plan_->output_parts, c.seq_len, plan_->output_width},
                             context_->model->compute_dtype(), PeerRank(/*previous=*/false),
                             PipelineTag(plan_->stage.index, state_.microbatch, microbatches, true));
   }

@@ -197,6 +197,9 @@ std::vector<ChunkPlan> BuildChunkPlans(const ModelConfig& model, const PipelineL
     chunk.recompute = BuildRecomputePlan(recompute, chunk.stage.layers, chunk.stage.mtp_layers);
     chunk.input_parts = pipeline.ActivationParts(chunk.stage.index);
     chunk.output_parts = chunk.input_parts + chunk.stage.mtp_layers;
+    const int64_t residual = model.residual_width();
+    chunk.input_width = pipeline.ActivationWidth(chunk.stage.index, model.hidden, residual);
+    chunk.output_width = pipeline.ActivationWidth(chunk.stage.index + 1, model.hidden, residual);
     const int64_t previous = pipeline.previous(chunk.stage.index);
     const int64_t next = pipeline.next(chunk.stage.index);
     chunk.previous_rank =

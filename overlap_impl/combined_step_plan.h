@@ -82,6 +82,10 @@ struct ChunkPlan {
   // stacked under the main hidden states (an MTP stage sends both, as Megatron does).
   int64_t input_parts = 1;
   int64_t output_parts = 1;
+  // Their last dimension: the residual stream's width (n x hidden under mHC) until the decoder's
+  // final norm, hidden after it (PipelineLayout::ActivationWidth).
+  int64_t input_width = 0;
+  int64_t output_width = 0;
   // The pipeline ranks of the stages before and after it (-1: none).
   int64_t previous_rank = -1;
   int64_t next_rank = -1;
@@ -94,9 +98,17 @@ struct ChunkPlan {
   bool post_process() const { return stage.loss; }
   bool receives() const { return stage.index > 0; }
   bool sends() const { return !stage.loss; }
-  // The decoder's final norm, on this chunk's last decoder layer (in its combine epilogue), or in
-  // the post-process of a loss stage that holds no decoder layer.
-  bool final_norm_in_post_process() const { return stage.final_norm && stage.layers == 0; }
+  // The decoder's final norm, on this chunk's last decoder layer (in its combine epilogue), in
+  // the post-process of a loss stage that holds no decoder layer, or (under mHC) in the first
+  // MTP depth's attn of a chunk that holds no decoder layer.
+  bool final_norm_in_post_process() const {
+    return stage.final_norm && stage.layers == 0 && stage.mtp_layers == 0;
+  }
+  // Under mHC, an MTP chunk without decoder layers: its first MTP depth's attn splits the
+  // received streams into the main hidden states (the final norm's) and its own input.
+  bool final_norm_in_first_mtp() const {
+    return stage.final_norm && stage.layers == 0 && stage.mtp_layers > 0;
+  }
   // The layer's index in the whole model (decoder layers, then MTP depths after them) and its
   // name there: "3" (decoder layer 3) or "mtp0".
   int64_t ModelLayer(int64_t layer) const;

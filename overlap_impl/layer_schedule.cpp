@@ -201,7 +201,11 @@ void LayerSchedule::AttnForward(const at::Tensor& input, Phase phase) {
   MicrobatchLosses* losses = &chunk_->losses();
   const bool first_mtp = mtp_ && layer_ == chunk_->plan().decoder_layers();
   const bool mhc = context_->plan->mhc;
-  if (mtp_ && mhc && !attn_.forward_no_grad()) {
+  // Under mHC on a chunk without decoder layers the streams arrive as the chunk's input, and
+  // this node splits them itself: no bridge.
+  const bool splits_streams = first_mtp && chunk_->plan().final_norm_in_first_mtp();
+  const bool bridge = mtp_ && mhc && !splits_streams;
+  if (bridge && !attn_.forward_no_grad()) {
     // The bridge: the streams the producer detached. A pass with grad parks the leaf it reads,
     // so that the gradient its backward leaves there survives a replay of the producer (which
     // installs a new leaf) and the last MTP post-process (which clears the field).
@@ -219,9 +223,16 @@ void LayerSchedule::AttnForward(const at::Tensor& input, Phase phase) {
       // The MTP depth's prologue joins attn; its input (the decoder output) also feeds the
       // main loss, through mtp_hidden_states and mtp_post_process's concatenation. Under mHC the
       // depth reads the decoder's streams from the bridge instead.
-      if (first_mtp) state.mtp_hidden_states = {in[0]};
+      at::Tensor mtp_input = bridge ? state.mhc_multistream : in[0];
+      if (splits_streams) {
+        const DecoderOutput decoder = model->SplitDecoderOutput(in[0]);
+        state.mtp_hidden_states = {decoder.main};
+        mtp_input = decoder.mtp_input;
+      } else if (first_mtp) {
+        state.mtp_hidden_states = {in[0]};
+      }
       at::Tensor embedding = model->MtpEmbedding(&state);
-      x = model->MtpPrologue(*mtp_weights_, embedding, mhc ? state.mhc_multistream : in[0]);
+      x = model->MtpPrologue(*mtp_weights_, embedding, mtp_input);
     }
     LayerAttentionOutput out = model->LayerAttention(*weights_, x, state, losses);
     residual_ = node.DetachSide(out.residual);

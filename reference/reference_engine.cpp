@@ -160,7 +160,9 @@ std::vector<MicrobatchLosses> ReferenceEngine::RunIteration(std::vector<ChunkSta
 
 std::vector<int64_t> ReferenceEngine::ActivationShape(int64_t index) const {
   const ModelConfig& c = model_->config();
-  return {micro_batch_ * model_->layout().pipeline.ActivationParts(index), c.seq_len, c.hidden};
+  const PipelineLayout& pipeline = model_->layout().pipeline;
+  return {micro_batch_ * pipeline.ActivationParts(index), c.seq_len,
+          pipeline.ActivationWidth(index, c.hidden, c.residual_width())};
 }
 
 int64_t ReferenceEngine::Tag(int64_t stage, int64_t microbatch, bool gradient) const {
@@ -197,13 +199,16 @@ ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStag
 
   NodeProbes::SetChunk(stage.chunk);
   hidden = DecoderLayers(stage, hidden, *state, losses);
+  at::Tensor mtp_input = hidden;  // under mHC the decoder's streams, else its normed output
   if (stage.final_norm) {
-    hidden = model_->FinalNorm(hidden);
+    const DecoderOutput decoder = model_->SplitDecoderOutput(hidden);
+    hidden = decoder.main;
+    mtp_input = decoder.mtp_input;
     model_->ProbeDecoderOutput(hidden, *state);
   }
 
-  if (stage.final_norm && stage.mtp_layers > 0) ProbeMtpInput(hidden, *state);
-  MtpDepths(stage, hidden, state, losses, &mtp_hidden);
+  if (stage.final_norm && stage.mtp_layers > 0) ProbeMtpInput(mtp_input, *state);
+  MtpDepths(stage, mtp_input, state, losses, &mtp_hidden);
   if (stage.final_norm) model_->ProbeMtpOutput(hidden, mtp_hidden, *state);
 
   if (stage.loss) {

@@ -152,14 +152,19 @@ class ChunkSizes {
   int64_t layers() const { return chunk_.layers(); }
   // The activation received from the previous stage and the gradient received from the next.
   int64_t received() const {
-    return chunk_.receives() ? probe_.input_bytes * chunk_.input_parts : 0;
+    return chunk_.receives() ? Activation(chunk_.input_parts, chunk_.input_width) : 0;
   }
   int64_t received_gradient() const {
-    return chunk_.sends() ? probe_.input_bytes * chunk_.output_parts : 0;
+    return chunk_.sends() ? Activation(chunk_.output_parts, chunk_.output_width) : 0;
   }
   // An MTP chunk's output joins the main and MTP hidden states in one new tensor.
   int64_t stacked_output() const {
-    return chunk_.mtp_layers() > 0 ? probe_.input_bytes * chunk_.output_parts : 0;
+    return chunk_.mtp_layers() > 0 ? Activation(chunk_.output_parts, chunk_.output_width) : 0;
+  }
+  // `parts` activations of last dimension `width` (the residual's under mHC before the final
+  // norm, hidden after it).
+  int64_t Activation(int64_t parts, int64_t width) const {
+    return probe_.input_bytes / probe_.input_width * width * parts;
   }
   // Every .grad the chunk's backward leaves until the flush.
   int64_t grad_bytes() const {
@@ -506,6 +511,7 @@ MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
   const RankHolds holds = HeldByRank(model);
   const at::Tensor hidden = ProbeInput(model, microbatch, holds.embedding, &probe);
   probe.input_bytes = Bytes(hidden);
+  probe.input_width = hidden.size(-1);
   ProbeLayers(model, microbatch, holds.layers, hidden, &probe);
   if (holds.loss) ProbePostProcess(model, microbatch, hidden, &probe);
   // The data-parallel reduction gathers every rank's replicated main grads (fp32), concatenated

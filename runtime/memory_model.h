@@ -43,6 +43,7 @@ struct LayerMemory {
 
 struct MemoryProbe {
   int64_t input_bytes = 0;  // I: one layer's input (= output) tensor
+  int64_t input_width = 1;  // its last dimension (the residual stream's width)
   // The embedding's and (below) the post-process's sizes; 0 on ranks without them.
   int64_t embedding_retained = 0;
   int64_t embedding_grad_bytes = 0;

@@ -80,6 +80,14 @@ int64_t PipelineLayout::ActivationParts(int64_t index) const {
   return parts;
 }
 
+int64_t PipelineLayout::ActivationWidth(int64_t index, int64_t hidden,
+                                        int64_t residual_width) const {
+  for (const PipelineStage& s : stages) {
+    if (s.index < index && s.final_norm) return hidden;
+  }
+  return residual_width;
+}
+
 std::string PipelineLayout::Text() const {
   std::string out;
   for (const PipelineStage& s : stages) {
@@ -272,6 +280,14 @@ PipelineLayout EvenPipelineLayout(int64_t pp, int64_t vpp, int64_t layers, int64
     if (i == stages - 1) s += std::string(static_cast<size_t>(mtp_layers), 'm') + "L";
   }
   return Build(letters, "", pp, layers, mtp_layers);
+}
+
+PipelineLayout WithFinalNormOnTheMtpStage(PipelineLayout layout) {
+  const bool has_mtp = std::any_of(layout.stages.begin(), layout.stages.end(),
+                                   [](const PipelineStage& s) { return s.mtp_layers > 0; });
+  if (!has_mtp) return layout;
+  for (PipelineStage& s : layout.stages) s.final_norm = s.mtp_layers > 0 && s.first_mtp == 0;
+  return layout;
 }
 
 }  // namespace bitparity

@@ -29,7 +29,8 @@ struct PipelineStage {
   int64_t mtp_layers = 0;
   bool loss = false;  // the output head and the losses
   // The final norm of the decoder: on the stage of the last decoder layer when the model has MTP
-  // (the MTP input is its output), otherwise on the loss stage.
+  // (the MTP input is its output; under mHC on MTP depth 0's stage, see
+  // WithFinalNormOnTheMtpStage), otherwise on the loss stage.
   bool final_norm = false;
 
   bool first() const { return index == 0; }
@@ -60,6 +61,10 @@ struct PipelineLayout {
   // stages before it (an MTP stage sends its depths' hidden states stacked under the main ones
   // along dim 0, as Megatron does).
   int64_t ActivationParts(int64_t index) const;
+  // The last dimension of the activation entering stage `index`: the residual stream's width
+  // (`residual_width`: n x hidden under mHC, whose streams cross stages as Megatron's do) until
+  // the stage that applies the decoder's final norm, `hidden` after it.
+  int64_t ActivationWidth(int64_t index, int64_t hidden, int64_t residual_width) const;
   // The layout in Megatron's syntax, one stage per `|`, repetitions written out ("Et|t|t|tmL").
   std::string Text() const;
   // One line per pipeline rank: "rank 0: [E t0] [t4]", for `bitparity validate`.
@@ -84,6 +89,12 @@ PipelineLayout ParsePipelineLayout(const std::string& text, int64_t pp, int64_t 
 // default), the embedding on the first, MTP and the loss on the last. InputError when the split
 // is uneven, saying how to fix it.
 PipelineLayout EvenPipelineLayout(int64_t pp, int64_t vpp, int64_t layers, int64_t mtp_layers);
+
+// Under mHC the MTP depth reads the decoder's streams before the final norm's contraction, so the
+// final norm moves to the stage of MTP depth 0 (the same stage as before when that stage also
+// holds the last decoder layer; a later, MTP-only stage otherwise, and the streams cross the
+// boundaries up to it). A layout without MTP is returned as it is.
+PipelineLayout WithFinalNormOnTheMtpStage(PipelineLayout layout);
 
 }  // namespace bitparity
 

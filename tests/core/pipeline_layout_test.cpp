@@ -73,6 +73,28 @@ TEST(PipelineLayout, StagesWithoutDecoderLayersAreKept) {
   EXPECT_TRUE(loss.loss);
 }
 
+// Under mHC the streams (n x hidden) cross the boundaries up to the final norm's stage, hidden
+// states after it; with MTP that stage is MTP depth 0's.
+TEST(PipelineLayout, UnderMhcTheFinalNormIsOnTheMtpStageAndTheStreamsCrossUpToIt) {
+  const PipelineLayout plain = ParsePipelineLayout("Et*3|(tt|)*29,m|L", 16, 61, 1);
+  const PipelineLayout layout = WithFinalNormOnTheMtpStage(plain);
+  EXPECT_FALSE(layout.stage(13, 1).final_norm);
+  EXPECT_TRUE(layout.stage(14, 1).final_norm);  // the MTP-only stage
+  int64_t final_norms = 0;
+  for (const PipelineStage& s : layout.stages) final_norms += s.final_norm ? 1 : 0;
+  EXPECT_EQ(final_norms, 1);
+  const int64_t mtp = layout.stage(14, 1).index;
+  EXPECT_EQ(layout.ActivationWidth(mtp, 8, 32), 32);     // streams into the MTP stage
+  EXPECT_EQ(layout.ActivationWidth(mtp + 1, 8, 32), 8);  // hidden states out of it
+  EXPECT_EQ(plain.ActivationWidth(mtp, 8, 32), 8);       // without the move: normed before it
+  // The MTP depth on the last decoder layer's stage: nothing moves.
+  const PipelineLayout seed = ParsePipelineLayout("Et|(t|)*6tmL", 4, 8, 1);
+  EXPECT_EQ(WithFinalNormOnTheMtpStage(seed).Text(), seed.Text());
+  EXPECT_TRUE(WithFinalNormOnTheMtpStage(seed).stage(3, 1).final_norm);
+  // Without MTP the loss stage keeps it.
+  EXPECT_TRUE(WithFinalNormOnTheMtpStage(EvenPipelineLayout(2, 2, 8, 0)).stage(1, 1).final_norm);
+}
+
 TEST(PipelineLayout, EvenSplitIsMegatronsDefault) {
   // Megatron's comment: 8 layers, 2 stages, 2 virtual stages: rank 0 [0, 1] [4, 5], rank 1
   // [2, 3] [6, 7].

@@ -1,5 +1,6 @@
 // The seed's end-to-end configurations (recipes/seed_nonmtp.toml: PP4 EP2 VPP2 on 16 layers;
-// recipes/seed_mtp.toml: MTP with the layout Et|(t|)*6tmL) pass `bitparity run` over their 8
+// recipes/seed_mtp.toml: MTP with the layout Et|(t|)*6tmL; recipes/seed_mtp_mhc.toml: the same
+// with mHC's streams across the stages) pass `bitparity run` over their 8
 // rank processes: each arm reproduces itself and the overlap arm equals the reference bit for
 // bit. They are nightly-sized (100 iterations; `ci/gate --nightly` runs them in full); the suite
 // runs each shipped recipe as it is but for its iteration count.
@@ -51,6 +52,8 @@ void ExpectArmsAgree(const std::string& name) {
 TEST(SeedRecipes, NonMtpPp4Ep2Vpp2ArmsAgree) { ExpectArmsAgree("seed_nonmtp.toml"); }
 
 TEST(SeedRecipes, MtpLayoutArmsAgree) { ExpectArmsAgree("seed_mtp.toml"); }
+
+TEST(SeedRecipes, MtpLayoutWithMhcArmsAgree) { ExpectArmsAgree("seed_mtp_mhc.toml"); }
 
 }  // namespace
 }  // namespace bitparity

@@ -19,6 +19,7 @@ namespace {
 MemoryProbe MadeUpProbe(int64_t layers, int64_t mtp_layers) {
   MemoryProbe p;
   p.input_bytes = 1 << 10;
+  p.input_width = ModelConfig().hidden;  // the walks' models: hidden states, no mHC
   p.embedding_retained = 1 << 11;
   p.embedding_grad_bytes = 1 << 12;
   for (int64_t l = 0; l < layers + mtp_layers; ++l) {

@@ -118,7 +118,8 @@ LayerAttentionOutput GptModel::LayerAttention(const LayerWeights& layer, const a
   at::Tensor tokens = Norm(mlp_input, layer.moe.norm).reshape({-1, config_.hidden});
   RouterResult routing =
       Route(tokens, layer.moe.router, config_.topk, config_.aux_loss_coeff, loss_grad_scale_,
-            /*attach_aux_scaler=*/!bugs_.aux_loss_in_objective);
+            /*attach_aux_scaler=*/!bugs_.aux_loss_in_objective,
+            state.padded_data ? state.padding_mask : at::Tensor());
   if (bugs_.aux_loss_in_objective && torch::GradMode::is_enabled()) {
     losses->aux_terms.push_back(routing.aux_loss);
   }

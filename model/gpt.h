@@ -37,6 +37,10 @@ struct ChunkState {
   // [b, s] bool, true on a padded token (attention skips it as a key); rolled with input_ids
   // (fill true). Undefined: nothing is padded.
   at::Tensor padding_mask;
+  // Whether the data pads its samples: only then does the router keep padding tokens out of its
+  // loss (Megatron's router is handed a padding mask only then; without one an MTP depth's
+  // rolled-in last token counts). Not a snapshot field: fixed for the microbatch.
+  bool padded_data = false;
   at::Tensor labels;                          // [b, s] int64
   at::Tensor loss_mask;                       // [b, s] fp32, 0 on padding
   std::vector<at::Tensor> mtp_hidden_states;  // hidden states that feed the MTP losses

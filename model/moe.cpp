@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "model/ops.h"
@@ -37,7 +38,8 @@ class AllToAllFunction : public torch::autograd::Function<AllToAllFunction> {
 }  // namespace
 
 RouterResult Route(const at::Tensor& tokens, const at::Tensor& router_weight, int64_t topk,
-                   double aux_loss_coeff, double aux_grad_scale, bool attach_aux_scaler) {
+                   double aux_loss_coeff, double aux_grad_scale, bool attach_aux_scaler,
+                   const at::Tensor& padded) {
   const int64_t num_tokens = tokens.size(0);
   const int64_t experts = router_weight.size(0);
   at::Tensor logits;
@@ -50,19 +52,33 @@ RouterResult Route(const at::Tensor& tokens, const at::Tensor& router_weight, in
   auto [values, indices] = at::topk(scores, topk, -1, /*largest=*/true, /*sorted=*/true);
   at::Tensor probs = values / values.sum(-1, /*keepdim=*/true);
 
-  // The per-expert token counts are routing metadata, counted on the host.
+  // The per-expert token counts of the tokens the loss counts are routing metadata, counted on
+  // the host.
   at::Tensor routed = at::zeros({experts}, at::kFloat);
+  int64_t counted_tokens = 0;
   {
     at::Tensor host_indices = indices.cpu();
     auto idx = host_indices.accessor<int64_t, 2>();
+    const at::Tensor host_padded =
+        padded.defined() ? padded.reshape({-1}).to(at::kBool).cpu().contiguous() : at::Tensor();
+    const bool* is_padding = host_padded.defined() ? host_padded.data_ptr<bool>() : nullptr;
     float* counts = routed.data_ptr<float>();
     for (int64_t t = 0; t < num_tokens; ++t) {
+      if (is_padding && is_padding[t]) continue;
+      ++counted_tokens;
       for (int64_t j = 0; j < topk; ++j) counts[idx[t][j]] += 1.0f;
     }
   }
+  // Padding tokens' scores zeroed (a mask multiply, as Megatron's), so that they carry no loss
+  // and no gradient; without padding the scores as they are.
+  const at::Tensor counted_scores =
+      padded.defined()
+          ? scores * padded.reshape({-1, 1}).logical_not().to(scores.device(), scores.dtype())
+          : scores;
+  const double denominator = static_cast<double>(std::max<int64_t>(counted_tokens, 1));
   const double factor = static_cast<double>(experts) * aux_loss_coeff /
-                        (static_cast<double>(topk) * num_tokens * num_tokens);
-  at::Tensor aux = (scores.sum(0) * routed.to(scores.device())).sum() * factor;
+                        (static_cast<double>(topk) * denominator * denominator);
+  at::Tensor aux = (counted_scores.sum(0) * routed.to(scores.device())).sum() * factor;
   if (attach_aux_scaler && aux_loss_coeff > 0 && torch::GradMode::is_enabled()) {
     probs = ops::AttachAuxLoss(probs, aux, aux_grad_scale);
   }

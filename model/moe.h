@@ -29,8 +29,13 @@ struct RouterResult {
 // E * coeff / (k * T^2) * sum_e (sum_t scores[t, e]) * tokens_routed_to(e).
 // With grad enabled and `attach_aux_scaler`, the aux loss's gradient (aux_grad_scale) is injected
 // through the returned probabilities (the only way that survives recompute).
+// `padded` ([T] bool, true for a padding token; undefined: none) keeps padding tokens out of the
+// loss as Megatron's router does (moe_utils.py compute_routing_scores_for_aux_loss,
+// get_tokens_per_expert_and_token_count): their scores and routed counts are zeroed and T counts
+// the other tokens. They are still routed and dispatched.
 RouterResult Route(const at::Tensor& tokens, const at::Tensor& router_weight, int64_t topk,
-                   double aux_loss_coeff, double aux_grad_scale, bool attach_aux_scaler = true);
+                   double aux_loss_coeff, double aux_grad_scale, bool attach_aux_scaler = true,
+                   const at::Tensor& padded = at::Tensor());
 
 // Routing metadata of one MoE layer for one microbatch.
 struct RoutingPlan {

@@ -143,6 +143,7 @@ std::vector<ChunkState> Trainer::MakeMicrobatches(int64_t iteration) const {
     state.labels = labels.to(device);
     state.loss_mask = loss_mask.to(device);
     if (padded) {
+      state.padded_data = true;
       state.position_ids = positions.to(device);
       state.padding_mask = padding.to(device);
     }

@@ -1,12 +1,14 @@
 // The hand-written pieces of the model compute what their formulas say: the fused RMSNorm's
 // forward and backward against a composite float64 reference, the aux-loss scaler's injected
-// gradient, the deterministic dropout mask, and attention's positions and padded keys.
+// gradient, the router's padding mask, the deterministic dropout mask, and attention's positions
+// and padded keys.
 
 #include "model/ops.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "model/moe.h"
 #include "tests/support/random_tensor.h"
 
 namespace bitparity {
@@ -68,6 +70,34 @@ TEST(AuxLoss, ScalerInjectsTheGradScaleAsTheAuxLossGradient) {
   at::Tensor probs2 = at::softmax(logits2, -1);
   (probs2.sum() + 0.25 * (probs2 * probs2).sum()).backward();
   EXPECT_TRUE(at::allclose(via_scaler, logits2.grad(), 1e-6, 1e-7));
+}
+
+// As Megatron's router with a padding mask: padding tokens are routed, but neither their scores
+// nor their routed counts nor their number enter the load-balancing loss.
+TEST(Router, PaddingTokensStayOutOfTheLoadBalancingLoss) {
+  const at::Tensor weight = Random({4, 8}, 21);
+  const at::Tensor tokens = Random({6, 8}, 22).requires_grad_();
+  const at::Tensor padded = at::tensor({0, 1, 0, 0, 1, 0}, at::kInt).to(at::kBool);
+  const RouterResult masked = Route(tokens, weight, 2, 0.01, 1.0, true, padded);
+  // The loss of the other tokens alone.
+  const at::Tensor valid_rows = at::tensor({0, 2, 3, 5}, at::kLong);
+  const RouterResult valid =
+      Route(tokens.detach().index_select(0, valid_rows), weight, 2, 0.01, 1.0, true);
+  EXPECT_TRUE(at::allclose(masked.aux_loss, valid.aux_loss, 1e-6, 0)) << masked.aux_loss;
+  // Padding tokens are still routed.
+  EXPECT_EQ(masked.topk_experts.size(0), 6);
+  // Their content changes nothing of the loss, and they get no gradient from it.
+  at::Tensor other = tokens.detach().clone();
+  other.index_put_({at::tensor({1, 4}, at::kLong)}, Random({2, 8}, 23));
+  EXPECT_TRUE(
+      at::equal(Route(other, weight, 2, 0.01, 1.0, true, padded).aux_loss, masked.aux_loss));
+  masked.aux_loss.backward();
+  EXPECT_TRUE(
+      at::equal(tokens.grad().index_select(0, at::tensor({1, 4}, at::kLong)), at::zeros({2, 8})));
+  EXPECT_GT(tokens.grad().abs().sum().item<float>(), 0.0f);
+  // Without the mask they count.
+  EXPECT_FALSE(at::allclose(Route(tokens.detach(), weight, 2, 0.01, 1.0, true).aux_loss,
+                            masked.aux_loss, 1e-6, 0));
 }
 
 TEST(Dropout, MaskDependsOnlyOnTheKey) {

@@ -27,18 +27,17 @@ const char* ToString(Dispatcher dispatcher) { return NameIn(kDispatcherNames, di
 
 int64_t ParameterCount(const ModelConfig& m) {
   const int64_t h = m.hidden, n = m.mhc_streams, mhc_rows = n * n + 2 * n;
-  // Per sublayer under mHC: the mapping, three gates, the bias; per block exit the contraction.
+  // Per sublayer under mHC: the mapping, three gates, the bias (the block exit's mean has none).
   const int64_t mhc_sublayer = m.mhc() ? mhc_rows * n * h + 3 + mhc_rows : 0;
-  const int64_t mhc_exit = m.mhc() ? n * n * h + n + 1 : 0;
   auto layer = [&](bool moe) {
     const int64_t attention = h + 3 * h * h + h * h;
     const int64_t mlp = moe ? h + m.experts * h + m.experts * 3 * m.moe_ffn * h : h + 3 * m.ffn * h;
     return attention + mlp + 2 * mhc_sublayer;
   };
-  int64_t count = 2 * m.vocab * h + h + mhc_exit;  // embedding, head, final norm
+  int64_t count = 2 * m.vocab * h + h;  // embedding, head, final norm
   for (int64_t l = 0; l < m.layers; ++l) count += layer(m.layer_is_moe(l));
-  // MTP depth: enorm, hnorm, eh_proj (or e_proj and h_proj), its layer, contraction, final norm.
-  count += m.mtp_layers * (3 * h + 2 * h * h + layer(m.mtp_is_moe()) + mhc_exit);
+  // MTP depth: enorm, hnorm, eh_proj (or e_proj and h_proj), its layer, final norm.
+  count += m.mtp_layers * (3 * h + 2 * h * h + layer(m.mtp_is_moe()));
   return count;
 }
 const char* ToString(PrecisionRecipe recipe) { return NameIn(kPrecisionNames, recipe); }

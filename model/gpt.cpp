@@ -252,7 +252,7 @@ void GptModel::ProbeMtpOutput(const at::Tensor& main, const std::vector<at::Tens
 
 at::Tensor GptModel::FinalNorm(const at::Tensor& x) const {
   if (!config_.mhc()) return Norm(x, weights_.final_norm);
-  return Norm(MhcContract(x, weights_.mhc_head, config_.mhc_streams), weights_.final_norm);
+  return Norm(MhcContract(x, config_.mhc_streams), weights_.final_norm);
 }
 
 DecoderOutput GptModel::SplitDecoderOutput(const at::Tensor& x) const {
@@ -298,7 +298,7 @@ at::Tensor GptModel::MtpPrologue(const MtpWeights& mtp, const at::Tensor& embedd
 
 at::Tensor GptModel::MtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x) const {
   if (!config_.mhc()) return Norm(x, mtp.final_norm);
-  return Norm(MhcContract(x, mtp.mhc_head, config_.mhc_streams), mtp.final_norm);
+  return Norm(MhcContract(x, config_.mhc_streams), mtp.final_norm);
 }
 
 void GptModel::PostProcess(const at::Tensor& main_hidden, const std::vector<at::Tensor>& mtp_hidden,

@@ -145,7 +145,7 @@ class GptModel {
   void ProbeMtpOutput(const at::Tensor& main, const std::vector<at::Tensor>& mtp_hidden,
                       const ChunkState& state) const;
 
-  // The decoder's final norm (under mHC after the streams' contraction).
+  // The decoder's final norm (under mHC after the streams' mean).
   at::Tensor FinalNorm(const at::Tensor& x) const;
   // The last decoder layer's output for the main loss and for MTP: under mHC with MTP the streams
   // go to both (one Fanout), otherwise the final-normed output does.
@@ -158,7 +158,7 @@ class GptModel {
   // under mHC per stream e_proj(enorm(embedding)) + h_proj(hnorm(stream)).
   at::Tensor MtpPrologue(const MtpWeights& mtp, const at::Tensor& embedding,
                          const at::Tensor& hidden) const;
-  // The depth's final norm (under mHC after the streams' contraction).
+  // The depth's final norm (under mHC after the streams' mean).
   at::Tensor MtpFinalNorm(const MtpWeights& mtp, const at::Tensor& x) const;
 
   // Post-process: the shared output head on the main hidden states and on each MTP depth's

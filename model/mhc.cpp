@@ -1,5 +1,7 @@
 #include "model/mhc.h"
 
+#include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "model/ops.h"
@@ -7,14 +9,19 @@
 namespace bitparity {
 namespace {
 
-constexpr double kRmsEps = 1e-6;
-constexpr double kPreFloor = 1e-6;
-constexpr double kSinkhornEps = 1e-6;
+constexpr double kNormEps = 1e-6;      // Megatron's norm_eps: 1 / (rms + eps)
+constexpr double kSinkhornEps = 1e-6;  // Megatron's SinkhornKnopp.eps: the floor of each sum
 
-// x * rsqrt(mean(x^2) + eps) over the last dimension, in fp32, as one autograd node.
-at::Tensor UnweightedRms(const at::Tensor& x) {
-  at::Tensor xf = x.to(at::kFloat);
-  return ops::RmsNorm(xf, at::ones({x.size(-1)}, xf.options()), kRmsEps);
+// Sinkhorn-Knopp as Megatron's SinkhornKnopp: exp of the logits less their row maximum (the
+// shift detached: Megatron's backward is d/dlogits = dL/dM_init * M_init), then per iteration
+// the rows, then the columns scaled to sum to one, each sum floored at eps. Ends on the columns.
+at::Tensor SinkhornKnopp(const at::Tensor& logits, int64_t iterations) {
+  at::Tensor m = at::exp(logits - std::get<0>(logits.max(-1, /*keepdim=*/true)).detach());
+  for (int64_t i = 0; i < iterations; ++i) {
+    m = m / m.sum(-1, /*keepdim=*/true).clamp_min(kSinkhornEps);
+    m = m / m.sum(-2, /*keepdim=*/true).clamp_min(kSinkhornEps);
+  }
+  return m;
 }
 
 }  // namespace
@@ -22,47 +29,46 @@ at::Tensor UnweightedRms(const at::Tensor& x) {
 MhcMapping ComputeMhcMapping(const at::Tensor& streams, const MhcWeights& w, int64_t n,
                              int64_t sinkhorn_iterations) {
   const int64_t b = streams.size(0), s = streams.size(1);
-  at::Tensor logits;  // [b, s, n^2 + 2n]
+  at::Tensor scaled;  // [b, s, n^2 + 2n]: r * (streams @ mapping^T)
   {
-    const at::Tensor normed = UnweightedRms(streams);
-    ops::CountLinearFlops(normed, w.mapping);
-    logits = at::matmul(normed, w.mapping.t());
+    // Megatron's _projection_and_get_norm: r = 1 / (||x|| / sqrt(nC) + eps), the projection of
+    // the streams as they are; _compute_h scales it by r.
+    const at::Tensor xf = streams.to(at::kFloat);
+    const double columns = static_cast<double>(xf.size(-1));
+    const at::Tensor rms =
+        at::linalg_vector_norm(xf, 2, {-1}, /*keepdim=*/true) / std::sqrt(columns);
+    const at::Tensor r = at::reciprocal(rms + kNormEps);
+    ops::CountLinearFlops(xf, w.mapping);
+    scaled = r * at::matmul(xf, w.mapping.t());
   }
-  std::vector<at::Tensor> parts = logits.split_with_sizes({n, n, n * n}, -1);
+  std::vector<at::Tensor> parts = scaled.split_with_sizes({n, n, n * n}, -1);
   std::vector<at::Tensor> bias = w.bias.split_with_sizes({n, n, n * n}, -1);
   MhcMapping m;
-  m.pre = at::sigmoid(parts[0] * w.alpha_pre + bias[0]) + kPreFloor;
+  m.pre = at::sigmoid(parts[0] * w.alpha_pre + bias[0]);
   m.post = at::sigmoid(parts[1] * w.alpha_post + bias[1]) * 2.0;
-  // Sinkhorn-Knopp: a positive matrix (row softmax), then alternately its columns and its rows
-  // scaled to sum to one.
-  at::Tensor res =
-      at::softmax((parts[2] * w.alpha_res + bias[2]).view({b, s, n, n}), -1) + kSinkhornEps;
-  for (int64_t i = 0; i < sinkhorn_iterations; ++i) {
-    res = res / res.sum(-2, /*keepdim=*/true);
-    res = res / res.sum(-1, /*keepdim=*/true);
-  }
-  m.res = res;
+  m.res = SinkhornKnopp((parts[2] * w.alpha_res + bias[2]).view({b, s, n, n}), sinkhorn_iterations);
   return m;
 }
 
 at::Tensor MhcAggregate(const at::Tensor& streams, const at::Tensor& pre, int64_t n) {
   const int64_t b = streams.size(0), s = streams.size(1), h = streams.size(2) / n;
-  at::Tensor weighted = streams.view({b, s, n, h}).to(at::kFloat) * pre.unsqueeze(-1);
-  return weighted.sum(2).to(streams.scalar_type());
+  const at::Tensor weights = pre.to(streams.scalar_type()).unsqueeze(-1);
+  return (streams.view({b, s, n, h}) * weights).sum(2);
 }
 
 at::Tensor MhcUpdate(const at::Tensor& streams, const at::Tensor& output, const MhcMapping& mapping,
                      int64_t n) {
   const int64_t b = streams.size(0), s = streams.size(1), h = streams.size(2) / n;
+  const at::ScalarType dtype = streams.scalar_type();
   at::Tensor mixed;
   {
-    const at::Tensor mix = mapping.res.transpose(-1, -2);
-    const at::Tensor per_stream = streams.view({b, s, n, h}).to(at::kFloat);
+    const at::Tensor mix = mapping.res.to(dtype);
+    const at::Tensor per_stream = streams.view({b, s, n, h});
     ops::CountMatmulFlops(mix, per_stream);
     mixed = at::matmul(mix, per_stream);
   }
-  at::Tensor expanded = mapping.post.unsqueeze(-1) * output.to(at::kFloat).unsqueeze(2);
-  return (mixed + expanded).reshape({b, s, n * h}).to(streams.scalar_type());
+  const at::Tensor expanded = mapping.post.to(dtype).unsqueeze(-1) * output.unsqueeze(2);
+  return (mixed + expanded).reshape({b, s, n * h});
 }
 
 at::Tensor MhcExpand(const at::Tensor& x, int64_t n) {
@@ -70,16 +76,9 @@ at::Tensor MhcExpand(const at::Tensor& x, int64_t n) {
   return x.unsqueeze(2).expand({b, s, n, h}).reshape({b, s, n * h});
 }
 
-at::Tensor MhcContract(const at::Tensor& streams, const MhcContractWeights& w, int64_t n) {
+at::Tensor MhcContract(const at::Tensor& streams, int64_t n) {
   const int64_t b = streams.size(0), s = streams.size(1), h = streams.size(2) / n;
-  at::Tensor gate;
-  {
-    const at::Tensor normed = UnweightedRms(streams);
-    ops::CountLinearFlops(normed, w.fn);
-    gate = at::sigmoid(at::matmul(normed, w.fn.t()) * w.scale + w.base);
-  }
-  at::Tensor weighted = streams.view({b, s, n, h}).to(at::kFloat) * gate.unsqueeze(-1);
-  return weighted.sum(2).to(streams.scalar_type());
+  return streams.view({b, s, n, h}).mean(2);
 }
 
 }  // namespace bitparity

@@ -1,15 +1,17 @@
 #ifndef BITPARITY_MODEL_MHC_H_
 #define BITPARITY_MODEL_MHC_H_
 
-// Manifold-constrained hyper-connections (mHC): the residual stream widened to n streams
-// ([b, s, n * h], stream-major within the last dimension). Around each sublayer F (attention, MLP)
-// a learned mapping of the RMS-normalized streams gives
-//   H_pre  [n]     (sigmoid + 1e-6): aggregates the streams into F's input,
-//   H_post [n]     (2 * sigmoid):    expands F's output back onto the streams,
-//   H_res  [n, n]  (Sinkhorn-Knopp, doubly stochastic): mixes the streams,
-// and the update is x_{l+1} = H_res^T x_l + H_post^T F(H_pre x_l). The mapping maths and its
-// parameters are fp32. The block entry replicates the embedding onto every stream; the block
-// exit contracts the streams with learned weights (sigmoid(scale * (rms(x) fn^T) + base)).
+// Manifold-constrained hyper-connections (mHC), with the numerics of Megatron-LM's
+// hyper_connection.py: the residual stream widened to n streams ([b, s, n * h], stream-major
+// within the last dimension). Around each sublayer F (attention, MLP) a learned mapping of the
+// streams, scaled by r = 1 / (rms(x) + 1e-6), gives
+//   H_pre  [n]     (sigmoid):         aggregates the streams into F's input,
+//   H_post [n]     (2 * sigmoid):     expands F's output back onto the streams,
+//   H_res  [n, n]  (Sinkhorn-Knopp, ending on the columns): mixes the streams,
+// and the update is x_{l+1} = H_res x_l + H_post^T F(H_pre x_l). The mapping maths and its
+// parameters are fp32 (Megatron's "keep hyper connection in fp32" intent); the mapping is applied
+// in the streams' dtype, as Megatron applies it. The block entry replicates the embedding onto
+// every stream; the block exit averages them (Megatron's output_contract).
 //
 // Every tensor these functions read more than twice reaches them through ops::Fanout, so that
 // its gradient contributions are summed in a fixed order (docs/design.md, the rules of parity):
@@ -33,38 +35,30 @@ struct MhcWeights {
   bool defined() const { return mapping.defined(); }
 };
 
-// The parameters of the block exit's contraction (fp32).
-struct MhcContractWeights {
-  at::Tensor fn;     // [n, n * h]
-  at::Tensor base;   // [n]
-  at::Tensor scale;  // [1]
-};
-
 // One sublayer's mapping for every token (fp32).
 struct MhcMapping {
   at::Tensor pre;   // [b, s, n]
   at::Tensor post;  // [b, s, n]
-  at::Tensor res;   // [b, s, n, n]; res[i][j] weighs stream i into stream j
+  at::Tensor res;   // [b, s, n, n]; res[i][j] weighs stream j into stream i
 };
 
 // The mapping of `streams` [b, s, n * h] (read once).
 MhcMapping ComputeMhcMapping(const at::Tensor& streams, const MhcWeights& weights, int64_t n,
                              int64_t sinkhorn_iterations);
 
-// sum_i pre_i * stream_i in fp32, returned in the streams' dtype: [b, s, h].
+// sum_i pre_i * stream_i in the streams' dtype: [b, s, h].
 at::Tensor MhcAggregate(const at::Tensor& streams, const at::Tensor& pre, int64_t n);
 
-// H_res^T streams + H_post^T output: the streams after a sublayer whose output is `output`
-// [b, s, h]; computed in fp32, returned in the streams' dtype.
+// H_res streams + H_post^T output: the streams after a sublayer whose output is `output`
+// [b, s, h], in the streams' dtype.
 at::Tensor MhcUpdate(const at::Tensor& streams, const at::Tensor& output, const MhcMapping& mapping,
                      int64_t n);
 
 // The block entry: `x` [b, s, h] copied onto n streams.
 at::Tensor MhcExpand(const at::Tensor& x, int64_t n);
 
-// The block exit: sum_i w_i * stream_i with w = sigmoid(scale * (rms(streams) fn^T) + base), in
-// fp32, returned in the streams' dtype ([b, s, h]). Reads `streams` twice.
-at::Tensor MhcContract(const at::Tensor& streams, const MhcContractWeights& weights, int64_t n);
+// The block exit: the mean of the streams, in their dtype ([b, s, h]).
+at::Tensor MhcContract(const at::Tensor& streams, int64_t n);
 
 }  // namespace bitparity
 

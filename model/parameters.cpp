@@ -91,17 +91,6 @@ MhcWeights BuildMhc(const ModelConfig& c, ParameterStore* store, const std::stri
   return w;
 }
 
-// The block exit's contraction: Xavier-normal projection, scale at the gating factor, zero base.
-MhcContractWeights BuildMhcContract(const ModelConfig& c, ParameterStore* store,
-                                    const std::string& prefix) {
-  const int64_t n = c.mhc_streams, cols = n * c.hidden;
-  MhcContractWeights w;
-  w.fn = store->AddFp32(prefix + ".fn", {n, cols}, std::sqrt(2.0 / static_cast<double>(n + cols)));
-  w.base = store->AddFp32Constant(prefix + ".base", {n}, 0.0);
-  w.scale = store->AddFp32Constant(prefix + ".scale", {1}, c.mhc_init_gating_factor);
-  return w;
-}
-
 LayerWeights BuildLayer(const ModelConfig& c, const ParallelLayout& layout, ParameterStore* store,
                         const std::string& prefix, int64_t index, bool is_moe) {
   using Init = ParameterStore::Init;
@@ -164,7 +153,6 @@ GptWeights BuildGptWeights(const ModelConfig& c, const ParallelLayout& layout,
           BuildLayer(c, layout, store, "layers." + std::to_string(l), l, c.layer_is_moe(l));
     }
     if (stage.final_norm) {
-      if (c.mhc()) w.mhc_head = BuildMhcContract(c, store, "mhc_head");
       w.final_norm = store->Add("final_norm", {c.hidden}, Init::kOnes, 0, false);
     }
     for (int64_t d = stage.first_mtp; d < stage.first_mtp + stage.mtp_layers; ++d) {
@@ -182,7 +170,6 @@ GptWeights BuildGptWeights(const ModelConfig& c, const ParallelLayout& layout,
                                c.init_std, false);
       }
       m.layer = BuildLayer(c, layout, store, prefix + ".layer", c.layers + d, c.mtp_is_moe());
-      if (c.mhc()) m.mhc_head = BuildMhcContract(c, store, prefix + ".mhc_head");
       m.final_norm = store->Add(prefix + ".final_norm", {c.hidden}, Init::kOnes, 0, false);
       w.mtp[static_cast<size_t>(d)] = m;
     }

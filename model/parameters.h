@@ -115,8 +115,7 @@ struct MtpWeights {
   at::Tensor e_proj;   // [h, h] on the normed embedding
   at::Tensor h_proj;   // [h, h] on each normed stream, added to e_proj's output
   LayerWeights layer;
-  MhcContractWeights mhc_head;  // under mHC: the streams' contraction before final_norm
-  at::Tensor final_norm;        // [h]
+  at::Tensor final_norm;  // [h]; under mHC after the streams' mean
 };
 
 // The weights this rank holds, by their place in the whole model: with pipeline parallelism the
@@ -125,9 +124,8 @@ struct MtpWeights {
 struct GptWeights {
   at::Tensor embedding;  // [vocab, h]; on the first stage, and copied on an MTP stage
   std::vector<LayerWeights> layers;
-  MhcContractWeights mhc_head;  // under mHC: the decoder streams' contraction before final_norm
-  at::Tensor final_norm;        // [h]
-  at::Tensor head;              // [vocab, h], untied from the embedding
+  at::Tensor final_norm;  // [h]; under mHC after the decoder streams' mean
+  at::Tensor head;        // [vocab, h], untied from the embedding
   std::vector<MtpWeights> mtp;
 };
 

@@ -99,7 +99,7 @@ class LayerSchedule {
   // residual, final norm).
   void FinishCombine(Phase phase);
   // mhc_post (under mHC): the streams' update with the MLP output, on the last decoder layer also
-  // the contraction, the final norm and the bridge to MTP.
+  // the streams' mean, the final norm and the bridge to MTP.
   void MhcPostForward(Phase phase);
   at::Tensor MhcPostBackward(const at::Tensor& grad);  // the gradient of the MLP output
   // The layer's output is `out` (made without a graph when `no_grad`): kept for its consumer,

@@ -57,8 +57,7 @@ TEST(Parameters, MhcParametersAreFp32AndStartAtTheirInit) {
   EXPECT_EQ(m.mapping.sizes(), (std::vector<int64_t>{24, 64}));
   EXPECT_EQ(m.alpha_res.item<float>(), 0.25f);
   EXPECT_EQ(m.bias.abs().sum().item<float>(), 0.0f);
-  EXPECT_EQ(w.mhc_head.fn.sizes(), (std::vector<int64_t>{4, 64}));
-  EXPECT_EQ(w.mtp[0].mhc_head.scale.item<float>(), 0.25f);
+  EXPECT_EQ(m.alpha_pre.scalar_type(), at::kFloat);
   EXPECT_FALSE(w.mtp[0].eh_proj.defined());
   EXPECT_EQ(w.mtp[0].h_proj.scalar_type(), at::kBFloat16);
 }

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <string>
@@ -37,24 +38,47 @@ TEST(MhcMapping, GatesAreInRangeAndTheMixingMatrixIsDoublyStochastic) {
   w.bias = testing::RandomNormal({n * n + 2 * n}, 3, 2);
   const at::Tensor streams = testing::RandomNormal({2, 5, n * h}, 3, 3);
   const MhcMapping m = ComputeMhcMapping(streams, w, n, 20);
-  // Sinkhorn-Knopp ends on the rows; the columns converge with the iterations.
+  // Sinkhorn-Knopp ends on the columns (as Megatron's); the rows converge with the iterations.
   const MhcMapping converged = ComputeMhcMapping(streams, w, n, 400);
-  EXPECT_TRUE(at::allclose(converged.res.sum(-2), at::ones({2, 5, n}), 0, 1e-4));
+  EXPECT_TRUE(at::allclose(converged.res.sum(-1), at::ones({2, 5, n}), 0, 1e-4));
   EXPECT_GT(m.pre.min().item<float>(), 0.0f);
   EXPECT_LT(m.post.max().item<float>(), 2.0f);
   EXPECT_GT(m.post.min().item<float>(), 0.0f);
   EXPECT_GT(m.res.min().item<float>(), 0.0f);
-  EXPECT_TRUE(at::allclose(m.res.sum(-1), at::ones({2, 5, n}), 0, 1e-5));
-  EXPECT_TRUE(at::allclose(m.res.sum(-2), at::ones({2, 5, n}), 0, 0.1));
+  EXPECT_TRUE(at::allclose(m.res.sum(-2), at::ones({2, 5, n}), 0, 1e-5));
+  EXPECT_TRUE(at::allclose(m.res.sum(-1), at::ones({2, 5, n}), 0, 0.1));
   // Not a constant: the mapping depends on the token.
   EXPECT_FALSE(at::allclose(m.res[0][0], m.res[1][4]));
 
-  // Copied onto the streams and contracted with equal gates: each stream weighs the same.
+  // Copied onto the streams and contracted (their mean, Megatron's output_contract): x again.
   const at::Tensor x = testing::RandomNormal({2, 5, h}, 3, 4);
   const at::Tensor expanded = MhcExpand(x, n);
   EXPECT_TRUE(at::equal(expanded.view({2, 5, n, h}).select(2, 3), x));
-  MhcContractWeights contract{at::zeros({n, n * h}), at::zeros({n}), at::ones({1})};
-  EXPECT_TRUE(at::allclose(MhcContract(expanded, contract, n), x * (0.5 * n)));
+  EXPECT_TRUE(at::allclose(MhcContract(expanded, n), x));
+  const at::Tensor two = at::cat({at::zeros({1, 1, h}), at::full({1, 1, h}, 2.0)}, -1);
+  EXPECT_TRUE(at::allclose(MhcContract(two, 2), at::ones({1, 1, h})));
+}
+
+// Megatron's _projection_and_get_norm and _compute_h, written out: r = 1 / (||x|| / sqrt(nC) +
+// 1e-6) scales the projection; H_pre = sigmoid with no floor. Streams near 1e-6 make the
+// epsilon's place matter (inside a square root it would dominate).
+TEST(MhcMapping, TheGatesAreMegatronsFormula) {
+  const int64_t n = 2, h = 3;
+  MhcWeights w;
+  w.mapping = testing::RandomNormal({n * n + 2 * n, n * h}, 3, 5);
+  w.alpha_pre = at::full({1}, 0.7);
+  w.alpha_post = at::full({1}, 0.3);
+  w.alpha_res = at::full({1}, 0.5);
+  w.bias = testing::RandomNormal({n * n + 2 * n}, 3, 6) * 0.1;
+  const at::Tensor streams = testing::RandomNormal({1, 2, n * h}, 3, 7) * 1e-6;
+  const MhcMapping m = ComputeMhcMapping(streams, w, n, 3);
+  const at::Tensor r =
+      1.0 / (streams.norm(2, {-1}, /*keepdim=*/true) / std::sqrt(double{n * h}) + 1e-6);
+  const at::Tensor h_all = r * at::matmul(streams, w.mapping.t());
+  const at::Tensor pre = at::sigmoid(h_all.narrow(-1, 0, n) * 0.7 + w.bias.narrow(0, 0, n));
+  const at::Tensor post = at::sigmoid(h_all.narrow(-1, n, n) * 0.3 + w.bias.narrow(0, n, n)) * 2;
+  EXPECT_TRUE(at::allclose(m.pre, pre, 1e-5, 1e-6)) << m.pre << pre;
+  EXPECT_TRUE(at::allclose(m.post, post, 1e-5, 1e-6)) << m.post << post;
 }
 
 TEST(MhcMapping, TheUpdateMixesTheStreamsAndExpandsTheOutput) {
@@ -65,7 +89,7 @@ TEST(MhcMapping, TheUpdateMixesTheStreamsAndExpandsTheOutput) {
   m.res = at::tensor({0.25f, 0.75f, 0.75f, 0.25f}).view({1, 1, n, n});
   const at::Tensor streams = at::tensor({1.f, 2.f, 3.f, 10.f, 20.f, 30.f}).view({1, 1, n * h});
   const at::Tensor output = at::tensor({100.f, 200.f, 300.f}).view({1, 1, h});
-  // stream j = sum_i res[i][j] stream_i + post_j output.
+  // stream i = sum_j res[i][j] stream_j + post_i output (res symmetric here; see below).
   const at::Tensor expected =
       at::tensor({0.25f * 1 + 0.75f * 10 + 50, 0.25f * 2 + 0.75f * 20 + 100,
                   0.25f * 3 + 0.75f * 30 + 150, 0.75f * 1 + 0.25f * 10 + 150,
@@ -73,6 +97,11 @@ TEST(MhcMapping, TheUpdateMixesTheStreamsAndExpandsTheOutput) {
           .view({1, 1, n * h});
   EXPECT_TRUE(at::allclose(MhcUpdate(streams, output, m, n), expected));
   EXPECT_TRUE(at::allclose(MhcAggregate(streams, m.pre, n), at::tensor({11.f, 22.f, 33.f})));
+  // H_res applied as Megatron's apply_h_res (H_res @ x): row i gives stream i.
+  m.res = at::tensor({1.f, 0.f, 0.5f, 0.5f}).view({1, 1, n, n});
+  const at::Tensor mixed_only = MhcUpdate(streams, at::zeros({1, 1, h}), m, n);
+  EXPECT_TRUE(
+      at::allclose(mixed_only, at::tensor({1.f, 2.f, 3.f, 5.5f, 11.f, 16.5f}).view({1, 1, n * h})));
 }
 
 // seq_len 16, samples of 9 to 16 tokens, 4 streams.

@@ -175,6 +175,8 @@ void Trainer::SumEmbeddingCopies() {
   for (const PipelineStage& s : pipeline.stages) {
     if (s.mtp_layers > 0) mtp_rank = s.pp_rank;
   }
+  // MTP on rank 0 (in its last chunk) reads the rank's own embedding: there is no copy.
+  if (mtp_rank == 0) return;
   if (layout_.pp_rank != 0 && layout_.pp_rank != mtp_rank) return;
   for (Parameter& p : model_->parameters().all()) {
     if (p.name != "embedding") continue;

@@ -224,11 +224,6 @@ PipelineLayout Build(const std::vector<std::string>& letters, const std::string&
                        ": they must be in a rank's last chunk (" + std::to_string(layout.vpp - 1) +
                        ")");
     }
-    if (s.mtp_layers > 0 && pp > 1 && s.pp_rank == 0) {
-      throw InputError(Quoted(text) +
-                       " has MTP layers on pipeline rank 0: with pp > 1 they must be on another "
-                       "rank (rank 0 holds the embedding they read a copy of)");
-    }
     const bool holds_last_layer = s.layers > 0 && s.first_layer + s.layers == layers;
     s.final_norm = mtp_layers > 0 ? holds_last_layer : s.loss;
   }

@@ -80,8 +80,10 @@ std::string ExpandPipelineLayout(const std::string& text);
 // The rules, each an InputError whose message names the rule (without a file or key: the caller
 // adds them): the stage count is a multiple of `pp` (vpp = stages / pp); 'E' once, in the first
 // stage, first; 'L' once, in the last stage, last; `layers` 't' and `mtp_layers` 'm'; no 't'
-// after an 'm'; every 'm' in one stage, the last chunk of a pipeline rank other than rank 0 when
-// pp > 1.
+// after an 'm'; every 'm' in one stage, the last chunk of a pipeline rank (rank 0's included, as
+// Megatron's validate_layer_layout allows: the depth reads that rank's own embedding). Stricter
+// than Megatron: 'E' in the first and 'L' in the last stage, where Megatron only requires them
+// first and last once empty stages are dropped (an empty first or last stage).
 PipelineLayout ParsePipelineLayout(const std::string& text, int64_t pp, int64_t layers,
                                    int64_t mtp_layers);
 

@@ -91,7 +91,13 @@ INSTANTIATE_TEST_SUITE_P(
                            testing::FullRecompute("uniform", 1), "alltoall", "bf16"},
         // An MTP-only stage and a loss-only stage, on four pipeline ranks.
         PipelineParityCase{"pp4_vpp2_mtp_only_and_loss_only_uniform1_bf16", 4, 2, 4, 1,
-                           "Et|t|t|t|||m|L", testing::FullRecompute("uniform", 1), "flex", "bf16"}),
+                           "Et|t|t|t|||m|L", testing::FullRecompute("uniform", 1), "flex", "bf16"},
+        // MTP on pipeline rank 0's last chunk, beside the embedding of its first (Megatron's
+        // validate_layer_layout allows it): the depth reads the rank's own embedding.
+        PipelineParityCase{"pp2_vpp2_mtp_on_rank0_uniform1_bf16", 2, 2, 3, 1, "Et|t|tm|L",
+                           testing::FullRecompute("uniform", 1), "alltoall", "bf16"},
+        PipelineParityCase{"pp2_vpp2_mtp_only_on_rank0_block1_fp32", 2, 2, 2, 1, "Et|t|m|L",
+                           testing::FullRecompute("block", 1), "flex", "fp32"}),
     [](const ::testing::TestParamInfo<PipelineParityCase>& info) { return info.param.name; });
 
 // The comparison sees one ulp of one gradient element on one rank of a later stage.

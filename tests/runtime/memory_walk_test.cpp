@@ -73,7 +73,8 @@ TEST(MemoryWalk, EveryPassReleasesWhatItAdded) {
                                        {2, 2, 4, 1, "Et|tt||tmL"},
                                        {2, 3, 4, 0, "Et|t|t||t|L"},
                                        {4, 2, 4, 1, "Et|t|t|t|||m|L"},
-                                       {2, 2, 4, 1, "Et|tt|t|mL"}};
+                                       {2, 2, 4, 1, "Et|tt|t|mL"},
+                                       {2, 2, 3, 1, "Et|t|tm|L"}};
   int walked = 0;
   for (const WalkCase& c : cases) {
     ModelConfig model;

@@ -92,7 +92,7 @@ PipelineLayout ParsePipelineLayout(const std::string& text, int64_t pp, int64_t 
 // is uneven, saying how to fix it.
 PipelineLayout EvenPipelineLayout(int64_t pp, int64_t vpp, int64_t layers, int64_t mtp_layers);
 
-// Under mHC the MTP depth reads the decoder's streams before the final norm's contraction, so the
+// Under mHC the MTP depth reads the decoder's streams before their mean and the final norm, so the
 // final norm moves to the stage of MTP depth 0 (the same stage as before when that stage also
 // holds the last decoder layer; a later, MTP-only stage otherwise, and the streams cross the
 // boundaries up to it). A layout without MTP is returned as it is.

@@ -62,6 +62,7 @@ PipelineLayout Recipe::pipeline() const {
       model.pipeline_layout.empty()
           ? EvenPipelineLayout(parallel.pp, parallel.vpp, model.layers, model.mtp_layers)
           : ParsePipelineLayout(model.pipeline_layout, parallel.pp, model.layers, model.mtp_layers);
+  layout.microbatch_group = parallel.microbatch_group_size;
   return model.mhc() ? WithFinalNormOnTheMtpStage(std::move(layout)) : layout;
 }
 
@@ -243,6 +244,7 @@ void ValidatePipelineArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics
   schedule.pp = recipe.parallel.pp;
   schedule.vpp = recipe.parallel.vpp;
   schedule.microbatches = recipe.microbatches_per_rank();
+  schedule.microbatch_group = recipe.parallel.microbatch_group_size;
   schedule.ep_overlap = arm.engine == EngineKind::kOverlap;
   const std::string problem = PipelineScheduleProblem(schedule);
   if (!problem.empty()) diag->Add("[arms." + arm.name + "]", "[parallel] " + problem);

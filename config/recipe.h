@@ -92,6 +92,7 @@ struct ParallelConfig {
   int64_t pp = 1;                        // pipeline stages (ranks of one pipeline)
   int64_t vpp = 1;                       // model chunks per pipeline rank
   bool vpp_set = false;                  // the recipe wrote vpp (it must then match the layout)
+  int64_t microbatch_group_size = 0;     // interleaved: microbatches per group; 0: pp
   int64_t threads = 1;                   // intra-op threads per rank
   CpuIsa cpu_isa = CpuIsa::kAvx2;        // the CPU instruction-set level every library pins
   double timeout_seconds = 300;          // a rank group running longer than this is ended (exit 3)

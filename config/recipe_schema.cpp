@@ -85,6 +85,15 @@ const KeyTable<ParallelConfig>& ParallelKeys() {
                     p->vpp_set = r.Has("vpp");
                     p->vpp = r.Int("vpp", p->vpp, 1, 64);
                   })
+          .Custom("microbatch_group_size", "integer in [1, 4096]", "unset",
+                  "interleaved 1F1B (vpp > 1): the microbatches that go through one model chunk "
+                  "before the next chunk starts (Megatron's "
+                  "microbatch_group_size_per_vp_stage); at least pp, at most the microbatches "
+                  "per pipeline rank; unset: pp, Megatron's default",
+                  [](TableReader& r, P* p) {
+                    p->microbatch_group_size =
+                        r.Int("microbatch_group_size", p->microbatch_group_size, 1, 4096);
+                  })
           .Int("threads", &P::threads, 1, 256, "intra-op threads per rank")
           .Enum("cpu_isa", &P::cpu_isa, kCpuIsaNames,
                 "the CPU instruction-set level pinned for ATen's kernels, oneDNN and MKL, and "

@@ -47,6 +47,9 @@ struct PipelineLayout {
   int64_t pp = 1;
   int64_t vpp = 1;
   std::vector<PipelineStage> stages;  // virtual order; pp x vpp of them
+  // Interleaved schedule: microbatches per group (Megatron's microbatch_group_size_per_vp_stage);
+  // 0: pp. A property of the schedule, carried here so that every engine reads the same value.
+  int64_t microbatch_group = 0;
 
   const PipelineStage& stage(int64_t pp_rank, int64_t chunk) const {
     return stages[static_cast<size_t>(chunk * pp + pp_rank)];

@@ -42,6 +42,11 @@ std::string PipelineScheduleProblem(const PipelineScheduleConfig& c) {
   }
   if (c.vpp > 1) {
     const int64_t g = GroupSize(c);
+    if ((g < c.pp || g > c.microbatches) && c.microbatch_group > 0) {
+      return "microbatch_group_size = " + std::to_string(g) +
+             " must lie in [pp, microbatches per pipeline rank] = [" + std::to_string(c.pp) + ", " +
+             std::to_string(c.microbatches) + "] (Megatron's rule for the interleaved schedule)";
+    }
     if (g < c.pp || g > c.microbatches) {
       return "the interleaved schedule takes microbatches in groups of " + std::to_string(g) +
              " per chunk, which must lie in [pp, microbatches] = [" + std::to_string(c.pp) + ", " +

@@ -57,6 +57,7 @@ struct PipelineScheduleConfig {
     config.pp = pipeline.pp;
     config.vpp = pipeline.vpp;
     config.microbatches = microbatches;
+    config.microbatch_group = pipeline.microbatch_group;
     config.ep_overlap = ep_overlap;
     return config;
   }

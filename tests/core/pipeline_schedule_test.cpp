@@ -44,6 +44,20 @@ TEST(PipelineSchedule, InterleavedOrderIsMegatrons) {
             "| B0.4 B0.5 B0.6 B0.7");
 }
 
+// Megatron's get_schedule_table with microbatch_group_size_per_vp_stage = 3 at pp 2: three
+// microbatches through chunk 0, then the same three through chunk 1, then the next group; rank
+// 0 warms up with (pp - 1 - rank) x 2 + (vpp - 1) x G = 5 forwards, Megatron's count.
+TEST(PipelineSchedule, AMicrobatchGroupSetsTheInterleavedTable) {
+  PipelineScheduleConfig c;
+  c.pp = 2;
+  c.vpp = 2;
+  c.microbatches = 6;
+  c.microbatch_group = 3;
+  EXPECT_EQ(FormatPipelineSchedule(PipelineSchedule(c, 0)),
+            "F0.0 F0.1 F0.2 F1.0 F1.1 | [F1.2+B1.0] [F0.3+B1.1] [F0.4+B1.2] [F0.5+B0.0] "
+            "[F1.3+B0.1] [F1.4+B0.2] [F1.5+B1.3] | B1.4 B1.5 B0.3 B0.4 B0.5");
+}
+
 TEST(PipelineSchedule, OverlapAddsOneWarmupForward) {
   EXPECT_EQ(Order(2, 2, 4, 0, true),
             "F0.0 F0.1 F1.0 F1.1 F0.2 | [F0.3+B1.0] [F1.2+B1.1] [F1.3+B0.0] | B0.1 B1.2 B1.3 B0.2 "
@@ -96,6 +110,15 @@ TEST(PipelineSchedule, MegatronsRulesHaveMessages) {
   EXPECT_EQ(PipelineScheduleProblem(c), "");
   c.microbatches = 6;
   EXPECT_THROW(PipelineSchedule(c, 0), std::logic_error);
+  c.microbatches = 8;
+  c.microbatch_group = 3;
+  EXPECT_EQ(PipelineScheduleProblem(c),
+            "microbatch_group_size = 3 must lie in [pp, microbatches per pipeline rank] = [4, 8] "
+            "(Megatron's rule for the interleaved schedule)");
+  c.microbatch_group = 5;
+  EXPECT_EQ(PipelineScheduleProblem(c),
+            "8 microbatches leave 3 after the last full group of 5; the interleaved schedule "
+            "needs 0 or at least pp = 4 left (use a multiple of 5)");
 }
 
 // Runs every rank's steps with step-level data dependencies: a step starts once its forward's
@@ -149,16 +172,19 @@ TEST(PipelineSchedule, EveryPassOnceAndTheRanksTogetherCanRunIt) {
   for (int64_t pp : {1, 2, 3, 4}) {
     for (int64_t vpp : {1, 2, 3}) {
       for (int64_t microbatches = 1; microbatches <= 12; ++microbatches) {
-        for (bool overlap : {false, true}) {
+        for (int64_t configuration = 0; configuration < 6; ++configuration) {
+          const bool overlap = configuration % 2 == 1;
+          const int64_t group = configuration / 2 == 0 ? 0 : pp + configuration / 2 - 1;
           PipelineScheduleConfig c;
           c.pp = pp;
           c.vpp = vpp;
           c.microbatches = microbatches;
+          c.microbatch_group = group;
           c.ep_overlap = overlap;
-          if (!PipelineScheduleProblem(c).empty()) continue;
+          if ((group > 0 && vpp == 1) || !PipelineScheduleProblem(c).empty()) continue;
           const std::string name = "pp " + std::to_string(pp) + " vpp " + std::to_string(vpp) +
-                                   " mb " + std::to_string(microbatches) +
-                                   (overlap ? " overlap" : "");
+                                   " mb " + std::to_string(microbatches) + " group " +
+                                   std::to_string(group) + (overlap ? " overlap" : "");
           for (int64_t r = 0; r < pp; ++r) {
             std::map<std::pair<int64_t, int64_t>, int> forwards, backwards;
             for (const PipelineStep& s : PipelineSchedule(c, r)) {

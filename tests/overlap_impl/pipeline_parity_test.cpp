@@ -16,6 +16,7 @@
 
 #include "config/recipe.h"
 #include "overlap_impl/overlap_engine.h"
+#include "schedule/pipeline_schedule.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/thread_trainer.h"
 
@@ -99,6 +100,33 @@ INSTANTIATE_TEST_SUITE_P(
         PipelineParityCase{"pp2_vpp2_mtp_only_on_rank0_block1_fp32", 2, 2, 2, 1, "Et|t|m|L",
                            testing::FullRecompute("block", 1), "flex", "fp32"}),
     [](const ::testing::TestParamInfo<PipelineParityCase>& info) { return info.param.name; });
+
+// [parallel] microbatch_group_size (Megatron's microbatch_group_size_per_vp_stage) other than
+// pp: both arms take the four microbatches through a chunk before the next chunk starts, and
+// still agree bit for bit.
+TEST(PipelineOverlapParity, AMicrobatchGroupOtherThanPpReordersBothArmsAlike) {
+  testing::RecipeBuilder builder(4, 1);
+  builder.Set("parallel.pp", int64_t{2})
+      .Set("parallel.vpp", int64_t{2})
+      .Set("parallel.microbatch_group_size", int64_t{4})
+      .Set("train.global_batch", int64_t{16})
+      .Set("train.lr", 1e-2)
+      .Set("precision.recipe", "bf16")
+      .ParityArms(testing::FullRecompute("uniform", 1));
+  const Recipe recipe = builder.Build("microbatch_group.toml");
+  const PipelineLayout pipeline = recipe.pipeline();
+  ASSERT_EQ(pipeline.microbatch_group, 4);
+  for (bool overlap : {false, true}) {
+    EXPECT_EQ(
+        FormatPipelineSchedule(
+            PipelineSchedule(
+                PipelineScheduleConfig::Of(pipeline, recipe.microbatches_per_rank(), overlap), 0))
+            .substr(0, 29),
+        "F0.0 F0.1 F0.2 F0.3 F1.0 F1.1")
+        << (overlap ? "overlap" : "reference");
+  }
+  testing::ExpectOverlapEqualsReferences(recipe);
+}
 
 // The comparison sees one ulp of one gradient element on one rank of a later stage.
 TEST(PipelineOverlapParity, OneUlpOnOneRankOfTheLastStageIsNamed) {

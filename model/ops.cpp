@@ -139,10 +139,16 @@ void DelayedWgrads::Push(const at::Tensor& weight, std::function<at::Tensor()> c
 }
 
 void DelayedWgrads::Run() {
+  RunSelected([](const at::Tensor&) { return true; });
+}
+
+void DelayedWgrads::RunSelected(const std::function<bool(const at::Tensor& weight)>& selects) {
   std::vector<Pending> pending;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    pending.swap(pending_);
+    std::vector<Pending> kept;
+    for (Pending& p : pending_) (selects(p.weight) ? pending : kept).push_back(std::move(p));
+    pending_.swap(kept);
   }
   torch::NoGradGuard no_grad;
   for (Pending& p : pending) {

@@ -55,6 +55,9 @@ class DelayedWgrads {
   // Computes the pending weight gradients in the order they were left and accumulates each into
   // its weight's .grad (set when undefined, else added in place).
   void Run();
+  // Run() for the pending weight gradients whose weight `selects` takes; the others stay pending,
+  // in order. For the memory probe, which measures what each node's delayed gradients hold.
+  void RunSelected(const std::function<bool(const at::Tensor& weight)>& selects);
   bool empty() const;
   size_t size() const;
 

@@ -3,104 +3,19 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "config/recompute_plan.h"
 #include "core/memory.h"
+#include "model/ops.h"
 #include "overlap_impl/combined_step_plan.h"
 #include "schedule/pipeline_schedule.h"
 
 namespace bitparity {
 namespace {
-
-// The seed of the probe's own generator (stage inputs of ranks without the embedding).
-constexpr uint64_t kProbeSeed = 0x6d656d6f7279;
-
-int64_t Live() { return MemoryTracker::current_bytes(); }
-
-int64_t Bytes(const at::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
-
-// The bytes of every .grad now defined, which are then cleared.
-int64_t TakeGradBytes(ParameterStore& store) {
-  int64_t bytes = 0;
-  for (Parameter& p : store.all()) {
-    bytes += Bytes(p.weight.grad());
-    p.weight.mutable_grad() = at::Tensor();
-  }
-  return bytes;
-}
-
-LayerMemory ProbeLayer(const std::function<at::Tensor(const at::Tensor&)>& forward,
-                       const at::Tensor& input, ParameterStore& store) {
-  LayerMemory m;
-  at::Tensor x = input.detach().requires_grad_(true);
-  {
-    torch::NoGradGuard no_grad;
-    const int64_t before = Live();
-    MemoryTracker::ResetProbePeak();
-    at::Tensor out = forward(x);
-    m.forward_transient_no_grad = MemoryTracker::probe_peak_bytes() - before;
-  }
-  const int64_t before = Live();
-  MemoryTracker::ResetProbePeak();
-  at::Tensor out = forward(x);
-  m.retained = Live() - before;
-  m.forward_transient = MemoryTracker::probe_peak_bytes() - Live();
-  const int64_t pre_backward = Live();
-  MemoryTracker::ResetProbePeak();
-  torch::autograd::backward({out}, {at::full_like(out, 1e-3)});
-  const int64_t peak = MemoryTracker::probe_peak_bytes();
-  m.grad_bytes = TakeGradBytes(store);
-  m.backward_transient = std::max<int64_t>(0, peak - pre_backward - m.grad_bytes);
-  return m;
-}
-
-// The layer run the way the overlap arm's nodes run it (overlap_impl/chunk_schedule.h): attn,
-// the dispatch all-to-all, mlp, the combine all-to-all and its epilogue, each piece a graph of
-// its own on detached inputs, every node's outputs and received tensors kept. Returns the bytes
-// that keeps beyond `retained` (one graph of the layer). Collective like the layer itself.
-int64_t NodeBoundaryBytes(GptModel& model, const LayerWeights& w, const MtpWeights* mtp,
-                          const at::Tensor& input, ChunkState state, int64_t retained) {
-  MicrobatchLosses losses;
-  const int64_t before = Live();
-  std::vector<at::Tensor> kept;
-  auto leaf = [](const at::Tensor& t) { return t.detach().requires_grad_(t.is_floating_point()); };
-  at::Tensor x = leaf(input);
-  if (mtp) x = model.MtpPrologue(*mtp, model.MtpEmbedding(&state), x);
-  LayerAttentionOutput attention = model.LayerAttention(w, x, state, &losses);
-  const MhcMapping* mhc = model.config().mhc() ? &attention.mlp_mhc : nullptr;
-  kept.push_back(attention.residual);
-  at::Tensor mlp_output;
-  if (!w.is_moe) {
-    kept.push_back(attention.mlp_input);
-    mlp_output = model.LayerDenseMlp(w, leaf(attention.mlp_input));
-    kept.push_back(mlp_output);
-    kept.push_back(
-        model.LayerCombine(w, leaf(mlp_output), leaf(attention.residual), nullptr, state, mhc));
-  } else {
-    const RoutingPlan& plan = *attention.plan;
-    const DispatchPayload& sent = attention.payload;
-    Communicator& comm = model.comm();
-    DispatchPayload received;
-    received.tokens = comm.AllToAll(sent.tokens.detach(), plan.send_splits, plan.recv_splits);
-    received.probs = comm.AllToAll(sent.probs.detach(), plan.send_splits, plan.recv_splits);
-    if (sent.route_mask.defined()) {
-      received.route_mask = comm.AllToAll(sent.route_mask, plan.send_splits, plan.recv_splits);
-    }
-    kept.insert(kept.end(), {sent.tokens, sent.probs, received.tokens, received.probs});
-    const at::Tensor rows = model.LayerExperts(
-        w, {leaf(received.tokens), leaf(received.probs), received.route_mask}, plan);
-    const at::Tensor back = comm.AllToAll(rows.detach(), plan.recv_splits, plan.send_splits);
-    kept.insert(kept.end(), {rows, back});
-    kept.push_back(model.LayerCombine(w, leaf(back), leaf(attention.residual), &plan, state, mhc));
-  }
-  if (mtp) kept.push_back(model.MtpFinalNorm(*mtp, leaf(kept.back())));
-  const int64_t node_retained = Live() - before;
-  return std::max<int64_t>(0, node_retained - retained);
-}
 
 // Tracks the live bytes of a walk over a schedule and the largest total met.
 class Walk {
@@ -292,7 +207,11 @@ void WalkSend(const MemoryProbe& p, const ChunkSizes& c, bool fwd, int64_t m, Wa
   w->Add(-leaving, c.Where("send", m));
 }
 
-void WalkAttn(const MemoryProbe& p, const ChunkSizes& c, bool fwd, int64_t m, int64_t l, Walk* w) {
+// The backward of layer `l`'s attn node, where the walk lets the whole layer's graph go and its
+// gradients come; with `delay_wgrad` the attn and mlp nodes' weight gradients come at their wgrad
+// nodes instead, and until then what they hold stays.
+void WalkAttn(const MemoryProbe& p, const ChunkSizes& c, bool fwd, int64_t m, int64_t l,
+              bool delay_wgrad, Walk* w) {
   const LayerMemory& a = c.layer(l);
   if (fwd && c.recomputed(l)) {
     w->Check(a.forward_transient_no_grad, c.Where("no-grad attn forward", m, l));
@@ -302,8 +221,11 @@ void WalkAttn(const MemoryProbe& p, const ChunkSizes& c, bool fwd, int64_t m, in
     w->Check(kept + a.forward_transient, c.Where("attn forward", m, l));
     w->Add(kept, c.Where("attn forward", m, l));
   } else {
-    w->Check(a.grad_bytes + a.backward_transient, c.Where("attn backward", m, l));
-    w->Add(a.grad_bytes - a.retained - a.node_boundary_bytes, c.Where("attn backward", m, l));
+    const int64_t grads = delay_wgrad ? a.grad_bytes - a.attn_wgrad_grad_bytes -
+                                            a.mlp_wgrad_grad_bytes + a.attn_wgrad_held
+                                      : a.grad_bytes;
+    w->Check(grads + a.backward_transient, c.Where("attn backward", m, l));
+    w->Add(grads - a.retained - a.node_boundary_bytes, c.Where("attn backward", m, l));
     // An eager layer fed by a no-grad segment's output frees that output here.
     if (!c.recomputed(l) && l > 0 && c.tail(l - 1)) {
       w->Add(-p.input_bytes, c.Where("attn backward", m, l));
@@ -323,6 +245,19 @@ void WalkSegment(const MemoryProbe& p, const ChunkSizes& c, const NodeOp& op, Wa
   }
   if (op.phase == Phase::kRelease && s.first_layer > 0 && c.tail(s.first_layer - 1)) {
     w->Add(-p.input_bytes, c.Where("segment release", op.microbatch, s.first_layer));
+  }
+}
+
+// Delayed weight gradients (delay_wgrad): the mlp node's backward leaves what its pending
+// gradients hold, which its wgrad node turns into .grad bytes; the attn node's wgrad does the same
+// for what the attn backward left (WalkAttn).
+void WalkMlp(const ChunkSizes& c, const NodeOp& op, bool delay_wgrad, Walk* w) {
+  const LayerMemory& a = c.layer(op.layer);
+  if (op.phase == Phase::kBackward && delay_wgrad) {
+    w->Add(a.mlp_wgrad_held, c.Where("mlp backward", op.microbatch, op.layer));
+  } else if (op.phase == Phase::kWgrad) {
+    w->Add(a.mlp_wgrad_grad_bytes - a.mlp_wgrad_held,
+           c.Where("mlp wgrad", op.microbatch, op.layer));
   }
 }
 
@@ -370,7 +305,15 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w,
         if (fwd && l == c.layers() - 1) w->Add(c.stacked_output(), c.Where("stacked output", m, l));
         break;
       case NodeKind::kAttn:
-        WalkAttn(p, c, fwd, m, l, w);
+        if (op.phase == Phase::kWgrad) {
+          const LayerMemory& a = c.layer(l);
+          w->Add(a.attn_wgrad_grad_bytes - a.attn_wgrad_held, c.Where("attn wgrad", m, l));
+        } else {
+          WalkAttn(p, c, fwd, m, l, plan.delay_wgrad, w);
+        }
+        break;
+      case NodeKind::kMlp:
+        WalkMlp(c, op, plan.delay_wgrad, w);
         break;
       case NodeKind::kSegment:
         WalkSegment(p, c, op, w, levels);
@@ -379,7 +322,6 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w,
         if (op.phase == Phase::kFlushGrads) WalkGradientFlush(c, m, w);
         break;
       case NodeKind::kDispatch:  // their bytes are in the attn node's retained and boundary figures
-      case NodeKind::kMlp:
       case NodeKind::kCombine:
       case NodeKind::kCombineEpilogue:
       case NodeKind::kMhcPost:
@@ -388,144 +330,7 @@ void WalkOverlap(const MemoryProbe& p, const CombinedStepPlan& plan, Walk* w,
   }
 }
 
-// What this rank holds: every stage of its pipeline rank (the whole model without a pipeline).
-struct RankHolds {
-  bool embedding = false;
-  bool loss = false;
-  std::vector<bool> layers;  // decoder layers, then MTP depths
-};
-
-RankHolds HeldByRank(const GptModel& model) {
-  const ModelConfig& c = model.config();
-  const ParallelLayout& layout = model.layout();
-  const PipelineLayout pipeline = layout.pipeline.stages.empty()
-                                      ? EvenPipelineLayout(1, 1, c.layers, c.mtp_layers)
-                                      : layout.pipeline;
-  RankHolds holds;
-  holds.layers.assign(static_cast<size_t>(c.layers + c.mtp_layers), false);
-  for (int64_t chunk = 0; chunk < pipeline.vpp; ++chunk) {
-    const PipelineStage& s = pipeline.stage(layout.pp_rank, chunk);
-    holds.embedding |= s.embedding;
-    holds.loss |= s.loss;
-    for (int64_t l = 0; l < s.layers; ++l) {
-      holds.layers[static_cast<size_t>(s.first_layer + l)] = true;
-    }
-    for (int64_t d = 0; d < s.mtp_layers; ++d) {
-      holds.layers[static_cast<size_t>(c.layers + s.first_mtp + d)] = true;
-    }
-  }
-  return holds;
-}
-
-// A layer's input: the embedded tokens where the rank embeds them (measuring the embedding),
-// else hidden states of the same shape drawn from a generator of the probe's own.
-at::Tensor ProbeInput(GptModel& model, const ChunkState& microbatch, bool embedding,
-                      MemoryProbe* probe) {
-  if (!embedding) {
-    const ModelConfig& c = model.config();
-    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(kProbeSeed);
-    return at::randn({microbatch.input_ids.size(0), c.seq_len, c.residual_width()}, generator,
-                     at::TensorOptions().dtype(at::kFloat))
-        .to(model.device(), model.compute_dtype());
-  }
-  const int64_t before = Live();
-  at::Tensor e = model.Embed(microbatch.input_ids);
-  probe->embedding_retained = Live() - before;
-  torch::autograd::backward({e}, {at::full_like(e, 1e-3)});
-  probe->embedding_grad_bytes = TakeGradBytes(model.parameters());
-  return e.detach();
-}
-
-// One probe per kind of layer the rank holds: dense decoder, MoE decoder, MTP depth.
-void ProbeLayers(GptModel& model, const ChunkState& microbatch, const std::vector<bool>& local,
-                 const at::Tensor& hidden, MemoryProbe* probe) {
-  ParameterStore& store = model.parameters();
-  const ModelConfig& c = model.config();
-  const GptWeights& w = model.weights();
-  MicrobatchLosses losses;
-  probe->layers.resize(local.size());
-  std::optional<LayerMemory> dense, moe, mtp;
-  for (int64_t l = 0; l < c.layers; ++l) {
-    if (!local[static_cast<size_t>(l)]) continue;
-    std::optional<LayerMemory>& kind = c.layer_is_moe(l) ? moe : dense;
-    if (!kind) {
-      kind = ProbeLayer(
-          [&](const at::Tensor& x) {
-            return model.DecoderLayer(w.layers[l], x, microbatch, &losses);
-          },
-          hidden, store);
-      kind->node_boundary_bytes =
-          NodeBoundaryBytes(model, w.layers[l], nullptr, hidden, microbatch, kind->retained);
-      TakeGradBytes(store);
-    }
-    probe->layers[static_cast<size_t>(l)] = *kind;
-  }
-  for (int64_t d = 0; d < c.mtp_layers; ++d) {
-    if (!local[static_cast<size_t>(c.layers + d)]) continue;
-    if (!mtp) {
-      mtp = ProbeLayer(
-          [&](const at::Tensor& x) {
-            ChunkState state = microbatch;
-            at::Tensor e = model.MtpEmbedding(&state);
-            at::Tensor y = model.MtpPrologue(w.mtp[d], e, x);
-            y = model.DecoderLayer(w.mtp[d].layer, y, state, &losses);
-            return model.MtpFinalNorm(w.mtp[d], y);
-          },
-          hidden, store);
-      mtp->node_boundary_bytes =
-          NodeBoundaryBytes(model, w.mtp[d].layer, &w.mtp[d], hidden, microbatch, mtp->retained);
-      TakeGradBytes(store);
-    }
-    probe->layers[static_cast<size_t>(c.layers + d)] = *mtp;
-  }
-}
-
-// The post-process (output head, losses), which reads hidden states of one stream.
-void ProbePostProcess(GptModel& model, const ChunkState& microbatch, const at::Tensor& hidden,
-                      MemoryProbe* probe) {
-  const ModelConfig& c = model.config();
-  at::Tensor h = hidden.narrow(-1, 0, c.hidden).clone().requires_grad_(true);
-  std::vector<at::Tensor> mtp_hidden;
-  for (int64_t d = 0; d < c.mtp_layers; ++d) mtp_hidden.push_back(h);
-  const int64_t before = Live();
-  MemoryTracker::ResetProbePeak();
-  MicrobatchLosses post;
-  model.PostProcess(h, mtp_hidden, microbatch, &post);
-  probe->post_retained = Live() - before;
-  probe->post_forward_transient = MemoryTracker::probe_peak_bytes() - Live();
-  const int64_t pre_backward = Live();
-  MemoryTracker::ResetProbePeak();
-  torch::autograd::backward({post.objective}, {at::full_like(post.objective, 1e-3)});
-  const int64_t peak = MemoryTracker::probe_peak_bytes();
-  probe->post_grad_bytes = TakeGradBytes(model.parameters());
-  probe->post_backward_transient =
-      std::max<int64_t>(0, peak - pre_backward - probe->post_grad_bytes);
-}
-
 }  // namespace
-
-MemoryProbe ProbeMemory(GptModel& model, ChunkState microbatch) {
-  MemoryProbe probe;
-  ParameterStore& store = model.parameters();
-  TakeGradBytes(store);
-  const RankHolds holds = HeldByRank(model);
-  const at::Tensor hidden = ProbeInput(model, microbatch, holds.embedding, &probe);
-  probe.input_bytes = Bytes(hidden);
-  probe.input_width = hidden.size(-1);
-  ProbeLayers(model, microbatch, holds.layers, hidden, &probe);
-  if (holds.loss) ProbePostProcess(model, microbatch, hidden, &probe);
-  // The data-parallel reduction gathers every rank's replicated main grads (fp32), concatenated
-  // once, and sums them into one more buffer.
-  const int64_t world = model.layout().dp_size;
-  if (world > 1) {
-    int64_t replicated = 0;
-    for (const Parameter& p : store.all()) {
-      if (!p.is_expert) replicated += Bytes(p.main_grad);
-    }
-    probe.reduction_transient = replicated * (world + 2);
-  }
-  return probe;
-}
 
 MemoryPrediction PredictPeak(const MemoryProbe& probe, const ArmConfig& arm,
                              const ModelConfig& model, const PipelineLayout& pipeline,

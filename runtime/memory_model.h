@@ -8,15 +8,15 @@
 // MoE layers communicate; the EP ranks of a stage probe the same layers): for each kind of layer
 // the rank holds, the bytes its graph keeps after its forward (A, its output included), the
 // transient above that while it runs with and without grad, the transient of its backward, and
-// its parameters' gradient bytes; the layer input (I); the embedding and the post-process where
-// the rank holds them. The prediction walks the arm's schedule on this rank (the reference's
-// 1F1B passes, a forward then a backward, or the overlap arm's CombinedStepPlan; with a pipeline
-// over the rank's model chunks, with the activations and gradients received and sent between
-// stages), adding and releasing those sizes as layers are built, replayed and backpropagated,
-// and returns the static bytes plus the largest total met. For L layers per chunk, N passes in
-// flight (the pipeline's warm-up depth) and segments of k layers this reproduces N*L*A (no
-// recompute), N*I + L*A (chunk) and N*ceil(L/k)*I + k*A (segments) plus the transients those
-// formulas leave out.
+// its parameters' gradient bytes, and what its delayed weight gradients hold; the layer input (I);
+// the embedding and the post-process where the rank holds them. The prediction walks the arm's
+// schedule on this rank (the reference's 1F1B passes, a forward then a backward, or the overlap
+// arm's CombinedStepPlan; with a pipeline over the rank's model chunks, with the activations and
+// gradients received and sent between stages), adding and releasing those sizes as layers are
+// built, replayed and backpropagated, and returns the static bytes plus the largest total met. For
+// L layers per chunk, N passes in flight (the pipeline's warm-up depth) and segments of k layers
+// this reproduces N*L*A (no recompute), N*I + L*A (chunk) and N*ceil(L/k)*I + k*A (segments) plus
+// the transients those formulas leave out.
 
 #include <cstdint>
 #include <string>
@@ -39,6 +39,13 @@ struct LayerMemory {
   // a graph of its own on detached inputs and holds its outputs, and an all-to-all node what it
   // received, until its backward, where one graph of the layer frees what it does not save.
   int64_t node_boundary_bytes = 0;
+  // With delayed weight gradients (an overlap arm's delay_wgrad): what the weight gradients the
+  // attn node and the mlp node leave pending hold from the node's backward to its wgrad (their
+  // linear layers' input rows and output gradients), and the .grad bytes they then produce.
+  int64_t attn_wgrad_held = 0;
+  int64_t attn_wgrad_grad_bytes = 0;
+  int64_t mlp_wgrad_held = 0;
+  int64_t mlp_wgrad_grad_bytes = 0;
 };
 
 struct MemoryProbe {

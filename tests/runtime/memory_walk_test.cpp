@@ -30,6 +30,10 @@ MemoryProbe MadeUpProbe(int64_t layers, int64_t mtp_layers) {
     m.backward_transient = 1 << 16;
     m.grad_bytes = (1 << 17) + (l << 4);
     m.node_boundary_bytes = 1 << 22;
+    m.attn_wgrad_held = 1 << 23;
+    m.attn_wgrad_grad_bytes = 1 << 8;  // of grad_bytes
+    m.mlp_wgrad_held = 1 << 24;
+    m.mlp_wgrad_grad_bytes = 1 << 7;
     p.layers.push_back(m);
   }
   p.post_retained = 1 << 18;
@@ -93,21 +97,45 @@ TEST(MemoryWalk, EveryPassReleasesWhatItAdded) {
            {"none", "uniform1", "uniform2", "block1", "block3", "chunk"}) {
         if (c.mtp_layers > 0 && recompute == "uniform2") continue;
         if (recompute == "chunk" && engine == EngineKind::kReference && c.pp > 1) continue;
-        const ArmConfig arm = Arm(engine, recompute);
-        for (int64_t rank = 0; rank < c.pp; ++rank) {
-          const MemoryPrediction prediction =
-              PredictPeak(probe, arm, model, pipeline, rank, /*microbatches=*/4, 0);
-          const std::string name = std::string(ToString(engine)) + " " + recompute + " pp " +
-                                   std::to_string(c.pp) + " \"" + pipeline.Text() + "\" rank " +
-                                   std::to_string(rank);
-          EXPECT_EQ(prediction.unreleased_bytes, 0) << name;
-          EXPECT_GT(prediction.peak_bytes, 0) << name;
-          ++walked;
+        for (bool delay_wgrad : {false, true}) {
+          if (delay_wgrad && engine == EngineKind::kReference) continue;
+          ArmConfig arm = Arm(engine, recompute);
+          arm.delay_wgrad = delay_wgrad;
+          for (int64_t rank = 0; rank < c.pp; ++rank) {
+            const MemoryPrediction prediction =
+                PredictPeak(probe, arm, model, pipeline, rank, /*microbatches=*/4, 0);
+            const std::string name = std::string(ToString(engine)) + " " + recompute +
+                                     (delay_wgrad ? " delay_wgrad" : "") + " pp " +
+                                     std::to_string(c.pp) + " \"" + pipeline.Text() + "\" rank " +
+                                     std::to_string(rank);
+            EXPECT_EQ(prediction.unreleased_bytes, 0) << name;
+            EXPECT_GT(prediction.peak_bytes, 0) << name;
+            ++walked;
+          }
         }
       }
     }
   }
   EXPECT_GT(walked, 100);
+}
+
+// With delayed weight gradients the peak counts what they hold: on one rank without a pipeline,
+// each layer's mlp node keeps its pending gradients over the dispatch's backward, so the peak of
+// the delay_wgrad arm lies above the same arm's without delay by about what they hold.
+TEST(MemoryWalk, DelayedWeightGradientsRaiseThePeakByWhatTheyHold) {
+  ModelConfig model;
+  model.layers = 3;
+  model.first_k_dense = 1;
+  const PipelineLayout pipeline = EvenPipelineLayout(1, 1, 3, 0);
+  MemoryProbe probe = MadeUpProbe(3, 0);
+  ArmConfig arm = Arm(EngineKind::kOverlap, "none");
+  const int64_t eager = PredictPeak(probe, arm, model, pipeline, 0, 4, 0).peak_bytes;
+  arm.delay_wgrad = true;
+  const int64_t delayed = PredictPeak(probe, arm, model, pipeline, 0, 4, 0).peak_bytes;
+  const LayerMemory& layer = probe.layers[0];
+  EXPECT_GE(delayed - eager, layer.mlp_wgrad_held - layer.grad_bytes - layer.backward_transient);
+  for (LayerMemory& m : probe.layers) m.mlp_wgrad_held = m.attn_wgrad_held = 0;
+  EXPECT_LE(PredictPeak(probe, arm, model, pipeline, 0, 4, 0).peak_bytes, eager);
 }
 
 }  // namespace

@@ -126,30 +126,29 @@ int64_t ChunkSchedule::PeerRank(bool previous) const {
 }
 
 void ChunkSchedule::PostReceive(Phase phase) {
-  Communicator* pipeline = context_->pipeline;
+  PipelineChannel* pipeline = context_->pipeline;
   if (!pipeline) throw std::logic_error("overlap plan: a pipeline receive without a pipeline");
   const ModelConfig& c = context_->model->config();
   const int64_t rows = state_.input_ids.size(0);
-  const int64_t microbatches = context_->plan->microbatches;
   if (phase == Phase::kForward) {
     activation_posted_ns_ = SteadyNanoseconds();
-    activation_receive_ = pipeline->StartRecv(
-        {rows * plan_->input_parts, c.seq_len, plan_->input_width},
-        context_->model->compute_dtype(), PeerRank(/*previous=*/true),
-        PipelineTag(plan_->stage.index - 1, state_.microbatch, microbatches, false));
+    activation_receive_ =
+        pipeline->Receive({rows * plan_->input_parts, c.seq_len, plan_->input_width},
+                          context_->model->compute_dtype(), PeerRank(/*previous=*/true),
+                          {/*gradient=*/false, plan_->stage.index, state_.microbatch});
   } else {
     gradient_posted_ns_ = SteadyNanoseconds();
     gradient_receive_ =
-        pipeline->StartRecv({rows * plan_->output_parts, c.seq_len, plan_->output_width},
-                            context_->model->compute_dtype(), PeerRank(/*previous=*/false),
-                            PipelineTag(plan_->stage.index, state_.microbatch, microbatches, true));
+        pipeline->Receive({rows * plan_->output_parts, c.seq_len, plan_->output_width},
+                          context_->model->compute_dtype(), PeerRank(/*previous=*/false),
+                          {/*gradient=*/true, plan_->stage.index, state_.microbatch});
   }
 }
 
-at::Tensor ChunkSchedule::WaitReceived(PendingTransfer* transfer, Phase phase) {
+at::Tensor ChunkSchedule::WaitReceived(PendingPipelineReceive* transfer, Phase phase) {
   const int64_t wait_begin = SteadyNanoseconds();
   at::Tensor received = transfer->Wait();
-  *transfer = PendingTransfer();
+  *transfer = PendingPipelineReceive();
   RecordTransfer(NodeKind::kP2pRecv, phase,
                  phase == Phase::kForward ? activation_posted_ns_ : gradient_posted_ns_,
                  wait_begin);
@@ -157,14 +156,13 @@ at::Tensor ChunkSchedule::WaitReceived(PendingTransfer* transfer, Phase phase) {
 }
 
 void ChunkSchedule::Send(Phase phase, const at::Tensor& grad) {
-  Communicator* pipeline = context_->pipeline;
+  PipelineChannel* pipeline = context_->pipeline;
   if (!pipeline) throw std::logic_error("overlap plan: a pipeline send without a pipeline");
   const int64_t begin = SteadyNanoseconds();
-  const int64_t microbatches = context_->plan->microbatches;
   if (phase == Phase::kForward) {
-    context_->sends->push_back(pipeline->StartSend(
-        ChunkOutput().detach(), PeerRank(/*previous=*/false),
-        PipelineTag(plan_->stage.index, state_.microbatch, microbatches, false)));
+    pipeline->Send(ChunkOutput().detach(), PeerRank(/*previous=*/false),
+                   {/*gradient=*/false, plan_->stage.index + 1, state_.microbatch},
+                   context_->sends);
     received_activation_ = at::Tensor();
   } else {
     if (!grad.defined()) {
@@ -172,9 +170,8 @@ void ChunkSchedule::Send(Phase phase, const at::Tensor& grad) {
                              std::to_string(plan_->stage.index) + ", microbatch " +
                              std::to_string(state_.microbatch));
     }
-    context_->sends->push_back(pipeline->StartSend(
-        grad, PeerRank(/*previous=*/true),
-        PipelineTag(plan_->stage.index - 1, state_.microbatch, microbatches, true)));
+    pipeline->Send(grad, PeerRank(/*previous=*/true),
+                   {/*gradient=*/true, plan_->stage.index - 1, state_.microbatch}, context_->sends);
   }
   RecordTransfer(NodeKind::kP2pSend, phase, begin, begin);
 }

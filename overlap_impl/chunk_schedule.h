@@ -59,7 +59,7 @@ class ChunkSchedule {
   // consumer; sends are handed to the engine, which waits for them.
   void PostReceive(Phase phase);
   void Send(Phase phase, const at::Tensor& grad);
-  at::Tensor WaitReceived(PendingTransfer* transfer, Phase phase);
+  at::Tensor WaitReceived(PendingPipelineReceive* transfer, Phase phase);
   // The pipeline rank of the previous or the next stage (logic_error when there is none).
   int64_t PeerRank(bool previous) const;
   void RecordTransfer(NodeKind node, Phase phase, int64_t begin_ns, int64_t wait_begin_ns);
@@ -75,8 +75,8 @@ class ChunkSchedule {
   const ChunkPlan* plan_;
   ChunkState state_;
   MicrobatchLosses* losses_;
-  PendingTransfer activation_receive_;  // posted, not yet waited for
-  PendingTransfer gradient_receive_;
+  PendingPipelineReceive activation_receive_;  // posted, not yet waited for
+  PendingPipelineReceive gradient_receive_;
   int64_t activation_posted_ns_ = 0;
   int64_t gradient_posted_ns_ = 0;
   // The received activation as a grad-requiring leaf, until the forward has handed it on (the

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/pipeline_channel.h"
 #include "model/gpt.h"
 #include "overlap_impl/combined_step_plan.h"
 #include "overlap_impl/routing_source.h"
@@ -41,7 +42,7 @@ class ChunkSchedule;
 struct OverlapContext {
   GptModel* model = nullptr;
   const CombinedStepPlan* plan = nullptr;
-  Communicator* pipeline = nullptr;                // the pipeline group, when pp > 1
+  PipelineChannel* pipeline = nullptr;             // the pipeline transfers, when pp > 1
   std::vector<PendingTransfer>* sends = nullptr;   // started sends, the engine's to wait for
   std::vector<TimelineEvent>* timeline = nullptr;  // optional
   RoutingSource* routing = nullptr;                // CarriedRouting, or the stale-routing fault

@@ -12,7 +12,8 @@
 namespace bitparity {
 
 OverlapEngine::OverlapEngine(GptModel* model, const ArmConfig& arm, int64_t microbatches,
-                             const OverlapBugs& bugs, std::shared_ptr<Communicator> pipeline)
+                             const OverlapBugs& bugs, std::shared_ptr<Communicator> pipeline,
+                             PipelineLanes lanes)
     : model_(model),
       plan_(WithScheduleBugs(PlanForArm(model->config(), model->layout().pipeline,
                                         model->layout().pp_rank, microbatches, arm),
@@ -30,7 +31,8 @@ OverlapEngine::OverlapEngine(GptModel* model, const ArmConfig& arm, int64_t micr
   }
   context_.model = model;
   context_.plan = &plan_;
-  context_.pipeline = pipeline_.get();
+  if (pipeline_) channel_ = std::make_unique<PipelineChannel>(pipeline_.get(), lanes);
+  context_.pipeline = channel_.get();
   context_.sends = &sends_;
   context_.routing = routing_.get();
 }

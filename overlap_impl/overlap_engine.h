@@ -26,12 +26,14 @@ class OverlapEngine : public Engine {
  public:
   // `bugs` re-creates silent bugs for the tests that show they are caught: as a faulty plan
   // (overlap_impl/faulty_plans.h) or the stale-routing fault; off by default.
-  // `pipeline`: this rank's pipeline group when pp > 1, else null. The plan is the arm's
+  // `pipeline`: this rank's pipeline group when pp > 1, else null; `lanes`: how its transfers
+  // are ordered (comm/pipeline_channel.h). The plan is the arm's
   // (PlanForArm): its recompute, and its delay_wgrad, with which the attn and mlp weight
   // gradients run as the plan's wgrad operations.
   OverlapEngine(GptModel* model, const ArmConfig& arm, int64_t microbatches,
                 const OverlapBugs& bugs = OverlapBugs(),
-                std::shared_ptr<Communicator> pipeline = nullptr);
+                std::shared_ptr<Communicator> pipeline = nullptr,
+                PipelineLanes lanes = PipelineLanes::kPerKind);
 
   std::vector<MicrobatchLosses> RunIteration(std::vector<ChunkState>& microbatches) override;
   std::vector<std::string> warnings() const override;
@@ -54,7 +56,8 @@ class OverlapEngine : public Engine {
   GptModel* model_;
   CombinedStepPlan plan_;
   std::shared_ptr<Communicator> pipeline_;
-  std::unique_ptr<RoutingSource> routing_;  // CarriedRouting, or the stale-routing fault
+  std::unique_ptr<PipelineChannel> channel_;  // over pipeline_, when pp > 1
+  std::unique_ptr<RoutingSource> routing_;    // CarriedRouting, or the stale-routing fault
   OverlapContext context_;
   std::vector<PendingTransfer> sends_;  // started this iteration, not yet through
   bool record_timeline_ = false;

@@ -12,12 +12,13 @@
 namespace bitparity {
 
 ReferenceEngine::ReferenceEngine(GptModel* model, const RecomputeConfig& recompute,
-                                 std::shared_ptr<Communicator> pipeline)
+                                 std::shared_ptr<Communicator> pipeline, PipelineLanes lanes)
     : model_(model),
       plan_(BuildRecomputePlan(recompute, model->config().layers, model->config().mtp_layers)),
       whole_chunk_(recompute.full() && recompute.unit == RecomputeUnit::kChunk),
       pipeline_(std::move(pipeline)) {
   if (!pipeline_) return;
+  channel_ = std::make_unique<PipelineChannel>(pipeline_.get(), lanes);
   const ParallelLayout& layout = model->layout();
   for (int64_t c = 0; c < layout.pipeline.vpp; ++c) {
     const PipelineStage& s = layout.pipeline.stage(layout.pp_rank, c);
@@ -165,15 +166,53 @@ std::vector<int64_t> ReferenceEngine::ActivationShape(int64_t index) const {
           pipeline.ActivationWidth(index, c.hidden, c.residual_width())};
 }
 
-int64_t ReferenceEngine::Tag(int64_t stage, int64_t microbatch, bool gradient) const {
-  return PipelineTag(stage, microbatch, microbatches_, gradient);
+void ReferenceEngine::PostReceive(const ChunkPass& pass, bool gradient) {
+  if (!pass.valid()) return;
+  const ParallelLayout& layout = model_->layout();
+  const PipelineStage& stage = layout.pipeline.stage(layout.pp_rank, pass.chunk);
+  if (gradient ? stage.loss : stage.embedding) return;
+  const PipelineStage& peer = layout.pipeline.stages[stage.index + (gradient ? 1 : -1)];
+  const int64_t entering = stage.index + (gradient ? 1 : 0);  // the activation's stage
+  posted_[{gradient, pass.chunk, pass.microbatch}] =
+      channel_->Receive(ActivationShape(entering), model_->compute_dtype(), peer.pp_rank,
+                        {gradient, stage.index, pass.microbatch});
+}
+
+at::Tensor ReferenceEngine::Received(const ChunkPass& pass, bool gradient) {
+  const auto it = posted_.find({gradient, pass.chunk, pass.microbatch});
+  if (it == posted_.end()) {
+    throw std::logic_error("reference pipeline: no receive was posted for the " +
+                           std::string(gradient ? "backward" : "forward") + " of chunk " +
+                           std::to_string(pass.chunk) + ", microbatch " +
+                           std::to_string(pass.microbatch));
+  }
+  at::Tensor received = it->second.Wait();
+  posted_.erase(it);
+  return received;
+}
+
+void ReferenceEngine::StepTransfers(const PipelineStep& step, const at::Tensor& output,
+                                    const at::Tensor& input_grad, const PipelineStep* next,
+                                    std::vector<PendingTransfer>* sends) {
+  const ParallelLayout& layout = model_->layout();
+  const std::vector<PipelineStage>& stages = layout.pipeline.stages;
+  if (output.defined()) {
+    const int64_t index = layout.pipeline.stage(layout.pp_rank, step.forward.chunk).index;
+    channel_->Send(output, stages[index + 1].pp_rank, {false, index + 1, step.forward.microbatch},
+                   sends);
+  }
+  if (next) PostReceive(next->forward, /*gradient=*/false);
+  if (input_grad.defined()) {
+    const int64_t index = layout.pipeline.stage(layout.pp_rank, step.backward.chunk).index;
+    channel_->Send(input_grad, stages[index - 1].pp_rank,
+                   {true, index - 1, step.backward.microbatch}, sends);
+  }
+  if (next) PostReceive(next->backward, /*gradient=*/true);
 }
 
 ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStage& stage,
                                                               const ChunkState& microbatch,
-                                                              MicrobatchLosses* losses,
-                                                              std::vector<PendingTransfer>* sends) {
-  const std::vector<PipelineStage>& stages = model_->layout().pipeline.stages;
+                                                              MicrobatchLosses* losses) {
   ChunkPassState pass;
   pass.state = std::make_shared<ChunkState>(microbatch);
   ChunkState* state = pass.state.get();
@@ -182,14 +221,10 @@ ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStag
   if (stage.embedding) {
     hidden = model_->Embed(state->input_ids);
   } else {
-    const std::vector<int64_t> shape = ActivationShape(stage.index);
-    pass.input = pipeline_
-                     ->StartRecv(shape, model_->compute_dtype(), stages[stage.index - 1].pp_rank,
-                                 Tag(stage.index - 1, state->microbatch, false))
-                     .Wait()
-                     .requires_grad_(true);
+    pass.input =
+        Received({stage.chunk, state->microbatch}, /*gradient=*/false).requires_grad_(true);
     hidden = pass.input;
-    const int64_t parts = shape[0] / micro_batch_;
+    const int64_t parts = pass.input.size(0) / micro_batch_;
     if (parts > 1) {
       std::vector<at::Tensor> stacked = hidden.chunk(parts, 0);
       hidden = stacked[0];
@@ -219,8 +254,6 @@ ReferenceEngine::ChunkPassState ReferenceEngine::ChunkForward(const PipelineStag
   std::vector<at::Tensor> stacked{hidden};
   stacked.insert(stacked.end(), mtp_hidden.begin(), mtp_hidden.end());
   pass.output = stacked.size() == 1 ? hidden : at::cat(stacked, 0);
-  sends->push_back(pipeline_->StartSend(pass.output, stages[stage.index + 1].pp_rank,
-                                        Tag(stage.index, state->microbatch, false)));
   return pass;
 }
 
@@ -275,26 +308,19 @@ void ReferenceEngine::MtpDepths(const PipelineStage& stage, const at::Tensor& hi
   }
 }
 
-void ReferenceEngine::ChunkBackward(const PipelineStage& stage, int64_t microbatch,
-                                    ChunkPassState* pass, std::vector<PendingTransfer>* sends) {
-  const std::vector<PipelineStage>& stages = model_->layout().pipeline.stages;
+at::Tensor ReferenceEngine::ChunkBackward(const PipelineStage& stage, int64_t microbatch,
+                                          ChunkPassState* pass) {
   if (stage.loss) {
     at::Tensor seed = at::full({}, model_->loss_grad_scale(), pass->output.options());
     torch::autograd::backward({pass->output}, {seed});
   } else {
-    at::Tensor grad =
-        pipeline_
-            ->StartRecv(pass->output.sizes().vec(), pass->output.scalar_type(),
-                        stages[stage.index + 1].pp_rank, Tag(stage.index, microbatch, true))
-            .Wait();
+    const at::Tensor grad = Received({stage.chunk, microbatch}, /*gradient=*/true);
     torch::autograd::backward({pass->output}, {grad});
   }
-  if (pass->input.defined()) {
-    sends->push_back(pipeline_->StartSend(pass->input.grad(), stages[stage.index - 1].pp_rank,
-                                          Tag(stage.index - 1, microbatch, true)));
-  }
+  const at::Tensor input_grad = pass->input.defined() ? pass->input.grad() : at::Tensor();
   model_->parameters().FlushGradsToMainGrads();
   *pass = ChunkPassState();
+  return input_grad;
 }
 
 std::vector<MicrobatchLosses> ReferenceEngine::RunPipelined(std::vector<ChunkState>& microbatches) {
@@ -305,24 +331,38 @@ std::vector<MicrobatchLosses> ReferenceEngine::RunPipelined(std::vector<ChunkSta
   std::vector<MicrobatchLosses> losses(microbatches.size());
   std::map<std::pair<int64_t, int64_t>, ChunkPassState> live;  // (chunk, microbatch)
   std::vector<PendingTransfer> sends;
-  for (const PipelineStep& step : PipelineSchedule(config, layout.pp_rank)) {
+  const std::vector<PipelineStep> steps = PipelineSchedule(config, layout.pp_rank);
+  if (!steps.empty()) {
+    PostReceive(steps.front().forward, /*gradient=*/false);
+    PostReceive(steps.front().backward, /*gradient=*/true);
+  }
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const PipelineStep& step = steps[i];
     // Sends whose bytes are through let go of their tensors.
     ReleaseCompletedSends(&sends);
+    at::Tensor output, input_grad;
     if (step.forward.valid()) {
       const int64_t c = step.forward.chunk, m = step.forward.microbatch;
-      live[{c, m}] = ChunkForward(layout.pipeline.stage(layout.pp_rank, c),
-                                  microbatches[static_cast<size_t>(m)],
-                                  &losses[static_cast<size_t>(m)], &sends);
+      const PipelineStage& stage = layout.pipeline.stage(layout.pp_rank, c);
+      ChunkPassState& pass = live[{c, m}];
+      pass = ChunkForward(stage, microbatches[static_cast<size_t>(m)],
+                          &losses[static_cast<size_t>(m)]);
+      if (!stage.loss) output = pass.output;
       MemoryTimeline::Mark("forward c" + std::to_string(c) + " mb" + std::to_string(m));
     }
     if (step.backward.valid()) {
       const int64_t c = step.backward.chunk, m = step.backward.microbatch;
-      ChunkBackward(layout.pipeline.stage(layout.pp_rank, c), m, &live[{c, m}], &sends);
+      input_grad = ChunkBackward(layout.pipeline.stage(layout.pp_rank, c), m, &live[{c, m}]);
       live.erase({c, m});
       MemoryTimeline::Mark("backward c" + std::to_string(c) + " mb" + std::to_string(m));
     }
+    StepTransfers(step, output, input_grad, i + 1 < steps.size() ? &steps[i + 1] : nullptr, &sends);
   }
   for (PendingTransfer& send : sends) send.Wait();
+  if (!posted_.empty()) {
+    throw std::logic_error("reference pipeline: " + std::to_string(posted_.size()) +
+                           " receives posted and never taken");
+  }
   for (MicrobatchLosses& l : losses) l.objective = at::Tensor();
   return losses;
 }

@@ -12,25 +12,33 @@
 // the recompute plan counted within the chunk (as Megatron's TransformerBlock counts it) and sends
 // its output on (an MTP stage sends the main and MTP hidden states stacked along dim 0); its
 // backward receives the output's gradient (or seeds the loss) and sends the input's gradient
-// back.
+// back. The transfers go in Megatron's order (comm/pipeline_channel.h): after each step's
+// compute, the forward's send, the next step's forward receive, the backward's send, the next
+// step's backward receive, as send_forward_backward_recv_forward_backward issues them.
 
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/pipeline_channel.h"
 #include "config/recompute_plan.h"
 #include "model/engine.h"
 #include "model/gpt.h"
 #include "schedule/pipeline_layout.h"
+#include "schedule/pipeline_schedule.h"
 
 namespace bitparity {
 
 class ReferenceEngine : public Engine {
  public:
-  // `pipeline`: this rank's pipeline group when pp > 1, else null.
+  // `pipeline`: this rank's pipeline group when pp > 1, else null; `lanes`: how its transfers
+  // are ordered (comm/pipeline_channel.h).
   ReferenceEngine(GptModel* model, const RecomputeConfig& recompute,
-                  std::shared_ptr<Communicator> pipeline = nullptr);
+                  std::shared_ptr<Communicator> pipeline = nullptr,
+                  PipelineLanes lanes = PipelineLanes::kPerKind);
 
   std::vector<MicrobatchLosses> RunIteration(std::vector<ChunkState>& microbatches) override;
   std::vector<std::string> warnings() const override { return plan_.warnings; }
@@ -59,7 +67,7 @@ class ReferenceEngine : public Engine {
     at::Tensor output;                  // what was sent on, or the objective on the loss stage
   };
   ChunkPassState ChunkForward(const PipelineStage& stage, const ChunkState& microbatch,
-                              MicrobatchLosses* losses, std::vector<PendingTransfer>* sends);
+                              MicrobatchLosses* losses);
   // The stage's decoder layers on `hidden` under the chunk's recompute plan (a checkpoint per
   // segment, the other layers eager).
   at::Tensor DecoderLayers(const PipelineStage& stage, at::Tensor hidden, const ChunkState& state,
@@ -68,16 +76,30 @@ class ReferenceEngine : public Engine {
   // `mtp_hidden`; the depths roll `state`.
   void MtpDepths(const PipelineStage& stage, const at::Tensor& hidden, ChunkState* state,
                  MicrobatchLosses* losses, std::vector<at::Tensor>* mtp_hidden);
-  void ChunkBackward(const PipelineStage& stage, int64_t microbatch, ChunkPassState* pass,
-                     std::vector<PendingTransfer>* sends);
+  // A chunk's backward of one microbatch; returns its input's gradient, to send back (undefined
+  // on the first stage).
+  at::Tensor ChunkBackward(const PipelineStage& stage, int64_t microbatch, ChunkPassState* pass);
   // Rows of the activation that enters stage `index`: micro_batch x (1 + MTP depths before it).
   std::vector<int64_t> ActivationShape(int64_t index) const;
-  int64_t Tag(int64_t stage, int64_t microbatch, bool gradient) const;
+  // One step's transfers in Megatron's order: `output` (a forward's, to the next stage) and
+  // `input_grad` (a backward's, to the previous stage) sent, each followed by the receive its
+  // kind of pass in `next` needs. Undefined tensors and invalid passes take no part.
+  void StepTransfers(const PipelineStep& step, const at::Tensor& output,
+                     const at::Tensor& input_grad, const PipelineStep* next,
+                     std::vector<PendingTransfer>* sends);
+  // Posts the receive `pass` needs for its forward (`gradient` false: the activation, unless its
+  // stage is the first) or its backward (the output's gradient, unless it is the loss stage).
+  void PostReceive(const ChunkPass& pass, bool gradient);
+  // The tensor received for `pass`, which must have been posted.
+  at::Tensor Received(const ChunkPass& pass, bool gradient);
 
   GptModel* model_;
   RecomputePlan plan_;
   bool whole_chunk_;
   std::shared_ptr<Communicator> pipeline_;
+  std::unique_ptr<PipelineChannel> channel_;
+  // Receives posted and not yet taken, by (gradient, chunk, microbatch).
+  std::map<std::tuple<bool, int64_t, int64_t>, PendingPipelineReceive> posted_;
   std::vector<RecomputePlan> chunk_plans_;  // with a pipeline: each local chunk's, counted in it
   int64_t microbatches_ = 0;                // of this iteration
   int64_t micro_batch_ = 0;                 // samples per microbatch

@@ -123,6 +123,7 @@ InjectedBugs ParseInjectedBugs(const std::string& text) {
       {"segment_not_released", &bugs.overlap.segment_not_released},
       {"thread_order_reduction", &bugs.runtime.thread_order_reduction},
       {"nondeterministic_kernel", &bugs.runtime.nondeterministic_kernel},
+      {"pipeline_one_lane", &bugs.runtime.pipeline_one_lane},
       {"composite_rms_norm", &bugs.model.composite_rms_norm},
       {"aux_loss_in_objective", &bugs.model.aux_loss_in_objective},
   };

@@ -14,7 +14,8 @@
 //       snapshot_skips_<field> (one chunk-state field, model/chunk_state_field.h),
 //       mtp_post_outside_segment, flush_per_backward_call, mhc_bridge_from_chunk_state,
 //       synchronous_all_to_all, segment_not_released, composite_rms_norm,
-//       aux_loss_in_objective, thread_order_reduction, nondeterministic_kernel.
+//       aux_loss_in_objective, thread_order_reduction, nondeterministic_kernel,
+//       pipeline_one_lane.
 // They are parsed here and nowhere else; the rank process reads them once, at its start.
 
 #include <cstdint>

@@ -19,8 +19,13 @@ namespace bitparity {
 struct RuntimeBugs {
   bool thread_order_reduction = false;   // a reduction whose order depends on the threads
   bool nondeterministic_kernel = false;  // a kernel with a deterministic alternative not forced
+  // Pipeline activations and gradients on one in-order lane per pair of ranks
+  // (comm/pipeline_channel.h): a receive can take another pass's tensor.
+  bool pipeline_one_lane = false;
 
-  bool any() const { return thread_order_reduction || nondeterministic_kernel; }
+  bool any() const {
+    return thread_order_reduction || nondeterministic_kernel || pipeline_one_lane;
+  }
 };
 
 struct InjectedBugs {

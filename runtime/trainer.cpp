@@ -40,12 +40,14 @@ uint64_t TensorDigest(const at::Tensor& t) {
 std::unique_ptr<Engine> MakeEngine(const ArmConfig& arm, GptModel* model, int64_t microbatches,
                                    const InjectedBugs& bugs,
                                    std::shared_ptr<Communicator> pipeline) {
+  const PipelineLanes lanes =
+      bugs.runtime.pipeline_one_lane ? PipelineLanes::kOnePerPeer : PipelineLanes::kPerKind;
   switch (arm.engine) {
     case EngineKind::kReference:
-      return std::make_unique<ReferenceEngine>(model, arm.recompute, std::move(pipeline));
+      return std::make_unique<ReferenceEngine>(model, arm.recompute, std::move(pipeline), lanes);
     case EngineKind::kOverlap:
       return std::make_unique<OverlapEngine>(model, arm, microbatches, bugs.overlap,
-                                             std::move(pipeline));
+                                             std::move(pipeline), lanes);
     case EngineKind::kExternal:
       break;  // refused by the worker before a trainer is made
   }

@@ -95,10 +95,6 @@ std::vector<PipelineStep> PipelineSchedule(const PipelineScheduleConfig& c, int6
   return steps;
 }
 
-int64_t PipelineTag(int64_t stage, int64_t microbatch, int64_t microbatches, bool gradient) {
-  return (stage * microbatches + microbatch) * 2 + (gradient ? 1 : 0);
-}
-
 std::string FormatPipelineSchedule(const std::vector<PipelineStep>& steps) {
   std::string out;
   for (size_t i = 0; i < steps.size(); ++i) {

@@ -72,11 +72,6 @@ std::string PipelineScheduleProblem(const PipelineScheduleConfig& config);
 // is not empty.
 std::vector<PipelineStep> PipelineSchedule(const PipelineScheduleConfig& config, int64_t pp_rank);
 
-// The point-to-point tag of what crosses from stage `stage` to stage `stage` + 1 for
-// `microbatch` (of `microbatches` per pipeline rank): the activation, or going back its gradient.
-// Unique within an iteration, so that a receive can be posted early; both arms use it.
-int64_t PipelineTag(int64_t stage, int64_t microbatch, int64_t microbatches, bool gradient);
-
 // "F0.0 F0.1 | [F0.2+B1.0] ... | B1.2 ..." (forward / backward, chunk.microbatch; a step with
 // both in brackets; '|' between warm-up, steady state and cool-down).
 std::string FormatPipelineSchedule(const std::vector<PipelineStep>& steps);

@@ -1,13 +1,17 @@
 // Point-to-point transfers and subgroups of the communicator: what pipeline stages exchange.
 // Bits arrive as sent, receives match sends by (peer, tag) whatever order either side posts
-// them in, and subgroups of one world (EP groups inside pipeline groups) work side by side.
+// them in, and subgroups of one world (EP groups inside pipeline groups) work side by side. The
+// pipeline channel on top matches by order within a lane and checks each transfer's label.
 
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/pipeline_channel.h"
+#include "core/errors.h"
 #include "tests/support/random_tensor.h"
 #include "tests/support/thread_world.h"
 #include "trace/digest.h"
@@ -66,6 +70,57 @@ TEST(PointToPoint, TransfersOfOneTagArriveInOrder) {
 
 // A world of 4 as 2 pipeline stages of EP 2: rank = stage x 2 + ep_rank. Each stage's EP group
 // runs an all-to-all while the pipeline groups move a tensor from stage 0 to stage 1.
+// Within a lane, transfers match in order; the two lanes (activations, gradients) keep their own
+// orders, so a gradient sent before an activation can be received after it.
+TEST(PipelineChannel, LanesKeepTheirOwnOrderAndLabelsCheckEachReceive) {
+  testing::RunOnThreadWorld(2, [&](int64_t rank, Communicator& comm) {
+    PipelineChannel channel(&comm);
+    EXPECT_TRUE(channel.labelled());
+    if (rank == 0) {
+      std::vector<PendingTransfer> sends;
+      channel.Send(Payload(1, at::kFloat), 1, {true, 1, 0}, &sends);
+      channel.Send(Payload(2, at::kFloat), 1, {false, 1, 0}, &sends);
+      channel.Send(Payload(3, at::kFloat), 1, {false, 1, 1}, &sends);
+      for (PendingTransfer& s : sends) s.Wait();
+    } else {
+      PendingPipelineReceive a0 = channel.Receive({3, 5, 7}, at::kFloat, 0, {false, 1, 0});
+      PendingPipelineReceive a1 = channel.Receive({3, 5, 7}, at::kFloat, 0, {false, 1, 1});
+      PendingPipelineReceive g0 = channel.Receive({3, 5, 7}, at::kFloat, 0, {true, 1, 0});
+      EXPECT_EQ(Bits(a0.Wait()), Bits(Payload(2, at::kFloat)));
+      EXPECT_EQ(Bits(a1.Wait()), Bits(Payload(3, at::kFloat)));
+      EXPECT_EQ(Bits(g0.Wait()), Bits(Payload(1, at::kFloat)));
+    }
+  });
+}
+
+// A receive posted out of the sender's order takes the next transfer of its lane, and its label
+// says so: the receive fails naming the rank, the pass it was for and the pass that arrived.
+TEST(PipelineChannel, AReceiveOutOfTheSendersOrderFailsNamingBothPasses) {
+  std::string message;
+  testing::RunOnThreadWorld(2, [&](int64_t rank, Communicator& comm) {
+    PipelineChannel channel(&comm);
+    if (rank == 0) {
+      std::vector<PendingTransfer> sends;
+      channel.Send(Payload(1, at::kFloat), 1, {false, 3, 0}, &sends);
+      channel.Send(Payload(2, at::kFloat), 1, {false, 3, 1}, &sends);
+      for (PendingTransfer& s : sends) s.Wait();
+    } else {
+      PendingPipelineReceive second = channel.Receive({3, 5, 7}, at::kFloat, 0, {false, 3, 1});
+      PendingPipelineReceive first = channel.Receive({3, 5, 7}, at::kFloat, 0, {false, 3, 0});
+      try {
+        second.Wait();
+      } catch (const InfrastructureError& e) {
+        message = e.what();
+      }
+      EXPECT_THROW(first.Wait(), InfrastructureError);  // it got the second transfer
+    }
+  });
+  EXPECT_EQ(message,
+            "pp rank 1: the pipeline receive posted for the activation entering stage 3 for "
+            "microbatch 1 from pp rank 0 got the activation entering stage 3 for microbatch 0: "
+            "the two ranks post their transfers in different orders");
+}
+
 TEST(PointToPoint, SubgroupsOfOneWorldWorkSideBySide) {
   std::mutex mutex;
   std::vector<uint64_t> received(4, 0);

@@ -103,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // [parallel] microbatch_group_size (Megatron's microbatch_group_size_per_vp_stage) other than
 // pp: both arms take the four microbatches through a chunk before the next chunk starts, and
-// still agree bit for bit.
+// still agree bit for bit (their pipeline transfers stay in order: comm/pipeline_channel.h).
 TEST(PipelineOverlapParity, AMicrobatchGroupOtherThanPpReordersBothArmsAlike) {
   testing::RecipeBuilder builder(4, 1);
   builder.Set("parallel.pp", int64_t{2})
@@ -126,6 +126,37 @@ TEST(PipelineOverlapParity, AMicrobatchGroupOtherThanPpReordersBothArmsAlike) {
         << (overlap ? "overlap" : "reference");
   }
   testing::ExpectOverlapEqualsReferences(recipe);
+}
+
+// The pipeline transfers match by order, so a receive posted out of the sender's order takes
+// another pass's tensor. With both kinds on one lane per pair of ranks (the injected fault
+// pipeline_one_lane) at pp 2 and a group of 4, the reference arm's pp rank 0 posts the receive
+// of B1.0's gradient where pp rank 1 has sent F1.3's activation first: the arm fails at that
+// receive, naming the rank and both passes, before any number is computed from the wrong tensor.
+// (The overlap arm's extra warm-up forward happens to keep this table's one-lane order.)
+TEST(PipelineOverlapParity, AReceiveMatchedToTheWrongPassFailsNamingIt) {
+  testing::RecipeBuilder builder(4, 0);
+  builder.Set("parallel.pp", int64_t{2})
+      .Set("parallel.vpp", int64_t{2})
+      .Set("parallel.microbatch_group_size", int64_t{4})
+      .Set("train.global_batch", int64_t{16})
+      .ParityArms("");
+  const Recipe recipe = builder.Build("one_lane.toml");
+  testing::ThreadTrainOptions options;
+  options.bugs.runtime.pipeline_one_lane = true;
+  try {
+    testing::TrainOnThreads(recipe, "reference", options);
+    ADD_FAILURE() << "trained with receives matched out of order";
+  } catch (const std::exception& e) {  // rank threads' InfrastructureErrors, joined
+    EXPECT_NE(std::string(e.what()).find(
+                  "pp rank 0: the pipeline receive posted for the gradient of stage 2's output "
+                  "for microbatch 0 from pp rank 1 got the activation entering stage 2 for "
+                  "microbatch 3: the two ranks post their transfers in different orders"),
+              std::string::npos)
+        << e.what();
+  }
+  // The same recipe with the lanes kept apart trains.
+  testing::TrainOnThreads(recipe, "reference");
 }
 
 // The comparison sees one ulp of one gradient element on one rank of a later stage.

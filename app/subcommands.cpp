@@ -102,8 +102,10 @@ class MatrixSubcommand : public Subcommand {
         "dispatcher, pipeline) and run every cell like `run`; one junit.xml and report.json for "
         "all cells");
     matrix->add_option("FILE", options_.matrix_path, "Matrix file (.toml)")->required();
-    matrix->add_option("--filter", options_.filter,
-                       "A filter named in the file's [matrix.filters], or axis=value[|value],...");
+    filter_ = matrix->add_option(
+        "--filter", options_.filter,
+        "A filter named in the file's [matrix.filters], or axis=value[|value],...; an empty "
+        "filter (an unset variable) is refused, not taken as every cell");
     matrix->add_option("--jobs", options_.jobs, "Cells run at a time (default 1)")
         ->check(CLI::Range(1, 64));
     matrix->add_option("--out", options_.out_dir, "Output directory (default: out/<name>)");
@@ -121,12 +123,14 @@ class MatrixSubcommand : public Subcommand {
 
   int Execute(const std::string& command_line) override {
     options_.command_line = command_line;
+    options_.filter_given = filter_->count() > 0;
     const InterruptScope interrupts;
     return RunMatrix(options_, std::cout);
   }
 
  private:
   MatrixOptions options_;
+  CLI::Option* filter_ = nullptr;
 };
 
 class ValidateSubcommand : public Subcommand {

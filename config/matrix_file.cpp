@@ -309,14 +309,20 @@ Matrix ParseMatrix(const std::string& text, const std::string& path) {
 }
 
 bool CellMatches(const Matrix& matrix, const MatrixCell& cell, const std::string& filter) {
-  if (filter.empty()) return true;
   auto named = matrix.filters.find(filter);
   const std::string expression = named == matrix.filters.end() ? filter : named->second;
-  std::stringstream terms(expression);
+  if (Trim(expression).empty()) {
+    throw InputError("--filter '" + filter +
+                     "' is empty (an unset variable?); leave --filter out "
+                     "to run every cell");
+  }
+  std::stringstream terms(expression + (expression.back() == ',' ? "," : ""));
   std::string term;
   while (std::getline(terms, term, ',')) {
     term = Trim(term);
-    if (term.empty()) continue;
+    if (term.empty()) {
+      throw InputError("--filter '" + filter + "' has an empty term (a separator too many?)");
+    }
     const size_t eq = term.find('=');
     if (eq == std::string::npos) {
       throw InputError("--filter '" + filter + "': '" + term + "' is neither a filter of " +
@@ -328,9 +334,18 @@ bool CellMatches(const Matrix& matrix, const MatrixCell& cell, const std::string
       throw InputError("--filter '" + filter + "': the matrix has no axis '" + axis + "'");
     }
     bool any = false;
-    std::stringstream alternatives(term.substr(eq + 1));
+    const std::string values = term.substr(eq + 1);
+    std::stringstream alternatives(values + (!values.empty() && values.back() == '|' ? "|" : ""));
     std::string value;
-    while (std::getline(alternatives, value, '|')) any |= Trim(value) == it->second;
+    while (std::getline(alternatives, value, '|')) {
+      if (Trim(value).empty()) {
+        throw InputError("--filter '" + filter + "': '" + term + "' has an empty value");
+      }
+      any |= Trim(value) == it->second;
+    }
+    if (values.empty()) {
+      throw InputError("--filter '" + filter + "': '" + term + "' has an empty value");
+    }
     if (!any) return false;
   }
   return true;

@@ -56,7 +56,8 @@ Matrix LoadMatrix(const std::string& path);
 // Expands matrix `text` as if read from `path` (its base recipe is read relative to `path`).
 Matrix ParseMatrix(const std::string& text, const std::string& path);
 
-// Whether `cell` passes `filter` (a filter name or an expression); InputError if malformed.
+// Whether `cell` passes `filter` (a filter name or an expression); InputError if malformed, empty
+// (an unset variable must not select every cell), or with an empty term or value.
 bool CellMatches(const Matrix& matrix, const MatrixCell& cell, const std::string& filter);
 
 }  // namespace bitparity

@@ -48,7 +48,9 @@ class MatrixRun {
         start_(std::chrono::steady_clock::now()),
         matrix_(LoadMatrix(options.matrix_path)) {
     for (const MatrixCell& cell : matrix_.cells) {
-      if (CellMatches(matrix_, cell, options.filter)) selected_.push_back(&cell);
+      if (!options.filter_given || CellMatches(matrix_, cell, options.filter)) {
+        selected_.push_back(&cell);
+      }
     }
     if (selected_.empty()) throw InputError("--filter '" + options.filter + "' selects no cell");
   }

@@ -22,6 +22,7 @@ namespace bitparity {
 struct MatrixOptions {
   std::string matrix_path;
   std::string filter;
+  bool filter_given = false;  // --filter was on the command line (even as "")
   int64_t jobs = 1;
   std::string out_dir;  // default: out/<matrix name>
   int64_t repeats = 2;

@@ -182,6 +182,21 @@ TEST(MatrixCommand, BadMatrixFilesAreBadInput) {
   const std::string good =
       dir.Write("good.toml", "[matrix]\nbase = \"base.toml\"\n[matrix.axes]\nmtp_layers = [0]\n");
   EXPECT_EQ(testing::RunBitparity({"matrix", good, "--filter", "nope=1"}).exit_code, 2);
+  // An empty filter (an unset CI variable), a separator too many or an empty value selects
+  // nothing by accident: refused before any cell runs.
+  for (const auto& [filter, message] : std::vector<std::pair<std::string, std::string>>{
+           {"", "--filter '' is empty (an unset variable?)"},
+           {"  ", "--filter '  ' is empty"},
+           {"mtp_layers=0,", "--filter 'mtp_layers=0,' has an empty term"},
+           {",mtp_layers=0", "--filter ',mtp_layers=0' has an empty term"},
+           {"mtp_layers=0|", "'mtp_layers=0|' has an empty value"},
+           {"mtp_layers=", "'mtp_layers=' has an empty value"}}) {
+    testing::CommandResult r = testing::RunBitparity(
+        {"matrix", good, "--filter", filter, "--out", dir.File("filter_out")});
+    EXPECT_EQ(r.exit_code, 2) << "'" << filter << "': " << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.File("filter_out"))) << "'" << filter << "'";
+  }
 }
 
 }  // namespace

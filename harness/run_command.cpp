@@ -203,6 +203,10 @@ class RecipeRun {
     ValidateOptions(options_, developer_switches_);
     out_dir_ = options_.out_dir.empty() ? "out/" + recipe_.name : options_.out_dir;
     baseline_ = recipe_.compare.baseline;
+    if (options_.update_golden && std::find(arms_.begin(), arms_.end(), baseline_) == arms_.end()) {
+      throw InputError("--update-golden records the baseline arm '" + baseline_ +
+                       "' ([compare] baseline), which --arms leaves out; add it to --arms");
+    }
     fingerprint_ = BaselineFingerprint();
     std::error_code ec;
     if (fs::exists(goldens_.dir(), ec) && !fs::is_directory(goldens_.dir(), ec)) {

@@ -366,7 +366,10 @@ TEST_F(SmallRecipeTest, SubsetsOfArmsAndRepeats) {
   for (const auto& [extra, reason] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--arms", "reference,reference"}, "--arms names 'reference' twice"},
            {{"--update-golden", "--no-golden"}, "--update-golden with --no-golden"},
-           {{"--update-golden", "--repeats", "1"}, "--update-golden needs --repeats >= 2"}}) {
+           {{"--update-golden", "--repeats", "1"}, "--update-golden needs --repeats >= 2"},
+           {{"--update-golden", "--arms", "overlap"},
+            "--update-golden records the baseline arm 'reference' ([compare] baseline), which "
+            "--arms leaves out"}}) {
     testing::CommandResult refused = Run("refused", extra);
     EXPECT_EQ(refused.exit_code, 2) << refused.output;
     EXPECT_NE(refused.output.find(reason), std::string::npos) << refused.output;

@@ -365,9 +365,17 @@ const KeyTable<ComparePolicy>& CompareKeys() {
                   "how the grad norm and every main grad must agree (tolerances use the dumped "
                   "tensors)",
                   ToleranceKey("gradients", &C::gradients))
-          .Custom("params", kToleranceType, "\"bitwise\"",
-                  "how the parameters after each step must agree",
-                  ToleranceKey("params", &C::params))
+          .Custom("params", "\"bitwise\"", "\"bitwise\"",
+                  "the parameters after each step agree bit for bit (they are stored as "
+                  "digests, which no tolerance can compare)",
+                  [](TableReader& r, C* c) {
+                    c->params = ReadTolerance(r, "params");
+                    if (!c->params.bitwise()) {
+                      r.Error("params",
+                              "must be \"bitwise\": parameters are stored as digests, which a "
+                              "tolerance cannot compare (loss and gradients take tolerances)");
+                    }
+                  })
           .Float("memory_model", &C::memory_model, 0.0, 10.0,
                  "> 0: every arm's peak within this relative error of the memory model")
           .Float("golden_memory", &C::golden_memory, 0.0, 10.0,

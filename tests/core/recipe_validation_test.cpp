@@ -185,6 +185,9 @@ std::vector<BadRecipe> BadRecipes() {
       {"overlap_bound_above_one",
        v + "\n[[compare.overlap]]\narm = \"reference\"\nhidden_at_least = 1.5\n",
        "hidden_at_least"},
+      {"params_tolerance", v + "\n[compare]\nparams = { atol = 1.0 }\n",
+       "[compare] params must be \"bitwise\": parameters are stored as digests, which a "
+       "tolerance cannot compare (loss and gradients take tolerances)"},
       {"data_min_length_over_seq_len", v + "\n[data]\nmin_length = 17\n",
        "[data] min_length must be <= [model] seq_len (16), got 17"},
       {"data_min_length_within_mtp", v + "\n[data]\nmin_length = 1\n",

@@ -162,10 +162,11 @@ void ValidateShapes(const Recipe& recipe, Diagnostics* diag) {
 }
 
 // The pipeline: the layout (or the even split) against pp, vpp and the model; vpp taken from the
-// layout when the recipe does not set it.
-void ValidatePipeline(Recipe* recipe, Diagnostics* diag) {
+// layout when the recipe does not set it. Returns whether vpp is known: false when a layout,
+// which would give it, cannot be read.
+bool ValidatePipeline(Recipe* recipe, Diagnostics* diag) {
   ParallelConfig& p = recipe->parallel;
-  if (p.pp == 1 && p.vpp == 1 && recipe->model.pipeline_layout.empty()) return;
+  if (p.pp == 1 && p.vpp == 1 && recipe->model.pipeline_layout.empty()) return true;
   try {
     const PipelineLayout layout = recipe->pipeline();
     if (!recipe->model.pipeline_layout.empty() && layout.vpp != p.vpp) {
@@ -176,15 +177,19 @@ void ValidatePipeline(Recipe* recipe, Diagnostics* diag) {
                                     " stages over pp = " + std::to_string(p.pp) + " make vpp " +
                                     std::to_string(layout.vpp) + "; drop vpp or make it " +
                                     std::to_string(layout.vpp));
-        return;
+        return true;
       }
       p.vpp = layout.vpp;
     }
   } catch (const InputError& e) {
-    diag->Add(
-        "[model]",
-        std::string(recipe->model.pipeline_layout.empty() ? "" : "pipeline_layout ") + e.what());
+    // The even split's message names its key itself ("[model] layers = ...").
+    std::string message = e.what();
+    if (message.rfind("[model] ", 0) == 0) message = message.substr(8);
+    diag->Add("[model]",
+              (recipe->model.pipeline_layout.empty() ? "" : "pipeline_layout ") + message);
+    return recipe->model.pipeline_layout.empty();
   }
+  return true;
 }
 
 // [recompute] full with segment units: a method and a layer count, Megatron's MTP rule.
@@ -237,9 +242,12 @@ void ValidateNativeFp8(const Recipe& recipe, const ArmConfig& arm, Diagnostics* 
   }
 }
 
-// With a pipeline: the schedule must exist for this arm's engine.
-void ValidatePipelineArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
+// With a pipeline: the schedule must exist for this arm's engine (not asked when a layout that
+// cannot be read leaves vpp unknown).
+void ValidatePipelineArm(const Recipe& recipe, const ArmConfig& arm, bool vpp_known,
+                         Diagnostics* diag) {
   if (recipe.parallel.pp <= 1 && recipe.parallel.vpp <= 1) return;
+  if (!vpp_known) return;
   PipelineScheduleConfig schedule;
   schedule.pp = recipe.parallel.pp;
   schedule.vpp = recipe.parallel.vpp;
@@ -290,11 +298,11 @@ bool ValidateEngineRules(const Recipe& recipe, const ArmConfig& arm, bool delaye
   return false;
 }
 
-void ValidateArm(const Recipe& recipe, const ArmConfig& arm, Diagnostics* diag) {
+void ValidateArm(const Recipe& recipe, const ArmConfig& arm, bool vpp_known, Diagnostics* diag) {
   if (arm.engine == EngineKind::kExternal) return;  // its command's own business
   ValidateSegmentRecompute(recipe, arm, diag);
   ValidateNativeFp8(recipe, arm, diag);
-  ValidatePipelineArm(recipe, arm, diag);
+  ValidatePipelineArm(recipe, arm, vpp_known, diag);
   const bool delayed = arm.precision.fp8() && arm.precision.fp8_scaling == Fp8Scaling::kDelayed;
   if (ValidateEngineRules(recipe, arm, delayed, diag)) return;
   if (delayed) {
@@ -428,8 +436,8 @@ Recipe ParseRecipe(const std::string& text, const std::string& path) {
   // Cross-key rules only make sense once every key parsed.
   if (diag.empty()) {
     ValidateShapes(recipe, &diag);
-    ValidatePipeline(&recipe, &diag);
-    for (const ArmConfig& arm : recipe.arms) ValidateArm(recipe, arm, &diag);
+    const bool vpp_known = ValidatePipeline(&recipe, &diag);
+    for (const ArmConfig& arm : recipe.arms) ValidateArm(recipe, arm, vpp_known, &diag);
   }
   diag.ThrowIfAny();
   return recipe;

@@ -1,6 +1,8 @@
 #include "schedule/pipeline_layout.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <regex>
 #include <sstream>
 
@@ -41,7 +43,55 @@ std::string ExpandAll(const std::string& in, const std::regex& pattern, const st
   return out + in.substr(last);
 }
 
-std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
+// The bytes of the UTF-8 character that starts at `s[i]` (1 for ASCII or a stray byte).
+size_t CharacterLength(const std::string& s, size_t i) {
+  const auto lead = static_cast<unsigned char>(s[i]);
+  size_t n = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  if (i + n > s.size()) return 1;
+  for (size_t k = 1; k < n; ++k) {
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
+  }
+  return n;
+}
+
+// `s` in quotes as a message shows it: control bytes as \xNN, and a long layout cut after
+// kShownLetters letters (on a character boundary) with its length.
+constexpr size_t kShownLetters = 60;
+std::string Quoted(const std::string& s) {
+  std::string out = "\"";
+  size_t i = 0;
+  for (; i < s.size() && i < kShownLetters; i += CharacterLength(s, i)) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7F) {
+      static const char kHex[] = "0123456789abcdef";
+      out += std::string("\\x") + kHex[c >> 4] + kHex[c & 0xF];
+    } else {
+      out += s.substr(i, CharacterLength(s, i));
+    }
+  }
+  out += "\"";
+  if (i < s.size()) out.insert(out.size() - 1, "...");
+  if (i < s.size()) out += " (" + std::to_string(s.size()) + " characters)";
+  return out;
+}
+
+// The character at `s[i]` named for a message: 'x', or a control byte or a non-ASCII character
+// by its code ("'\x00' (a control character)", "U+00A0 (not an ASCII letter)").
+std::string LetterName(const std::string& s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c >= 0x20 && c < 0x7F) return "'" + std::string(1, s[i]) + "'";
+  if (c < 0x80) return Quoted(std::string(1, s[i])) + " (a control character)";
+  const size_t n = CharacterLength(s, i);
+  char hex[16];
+  if (n == 1) {
+    std::snprintf(hex, sizeof(hex), "byte 0x%02X", static_cast<unsigned>(c));
+    return std::string(hex) + " (not UTF-8)";
+  }
+  uint32_t code = c & (0xFF >> (n + 1));
+  for (size_t k = 1; k < n; ++k) code = (code << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  std::snprintf(hex, sizeof(hex), "U+%04X", static_cast<unsigned>(code));
+  return std::string(hex) + " (not an ASCII letter)";
+}
 
 }  // namespace
 
@@ -136,6 +186,10 @@ PipelineStage PlaceStage(const std::string& stage_letters, const std::string& te
     const char c = stage_letters[j];
     switch (c) {
       case 'E':
+        if (counts.embeddings > 0) {
+          throw InputError(Quoted(text) + " has 'E' twice (again in " + where +
+                           "): the model has one embedding, first in the first stage");
+        }
         if (i != 0 || j != 0) {
           throw InputError(Quoted(text) + " has 'E' in " + where +
                            ": the embedding comes first in the first stage");
@@ -164,8 +218,8 @@ PipelineStage PlaceStage(const std::string& stage_letters, const std::string& te
         ++counts.losses;
         break;
       default:
-        throw InputError(Quoted(text) + " has an unknown letter '" + std::string(1, c) + "' in " +
-                         where +
+        throw InputError(Quoted(text) + " has an unknown letter " + LetterName(stage_letters, j) +
+                         " in " + where +
                          "; the letters are E (embedding), t (decoder layer), m (MTP layer), L "
                          "(loss), with '|' between stages");
     }

@@ -146,6 +146,25 @@ TEST(PipelineLayout, EveryRuleHasItsMessage) {
       {"Etx|tL", 2, 2, 0,
        "\"Etx|tL\" has an unknown letter 'x' in stage 0 (\"Etx\"); the letters are E "
        "(embedding), t (decoder layer), m (MTP layer), L (loss), with '|' between stages"},
+      {"EEt|tL", 2, 2, 0,
+       "\"EEt|tL\" has 'E' twice (again in stage 0 (\"EEt\")): the model has one embedding, "
+       "first in the first stage"},
+      {std::string("Et\0|tL", 6), 2, 2, 0,
+       "\"Et\\x00|tL\" has an unknown letter \"\\x00\" (a control character) in stage 0 "
+       "(\"Et\\x00\"); the letters are E (embedding), t (decoder layer), m (MTP layer), L "
+       "(loss), with '|' between stages"},
+      {"Et\xc2\xa0|tL", 2, 2, 0,
+       "\"Et\xc2\xa0|tL\" has an unknown letter U+00A0 (not an ASCII letter) in stage 0 "
+       "(\"Et\xc2\xa0\"); the letters are E (embedding), t (decoder layer), m (MTP layer), L "
+       "(loss), with '|' between stages"},
+      // A long layout is shown cut, with its length.
+      {"Et|" + std::string(100, 'x') + "tL", 2, 2, 0,
+       "\"Et|" + std::string(57, 'x') +
+           "...\" (105 characters) has an unknown letter 'x' in "
+           "stage 1 (\"" +
+           std::string(60, 'x') +
+           "...\" (102 characters)); the letters are E "
+           "(embedding), t (decoder layer), m (MTP layer), L (loss), with '|' between stages"},
       {"t|EtL", 2, 2, 0,
        "\"t|EtL\" has 'E' in stage 1 (\"EtL\"): the embedding comes first in the first stage"},
       {"EtL|t", 2, 2, 0,

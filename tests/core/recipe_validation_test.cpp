@@ -274,6 +274,31 @@ TEST(RecipeValidation, ReportsEveryProblemAtOnce) {
   }
 }
 
+// A bad pipeline gets its own reason only: the key named once, and no second reason from an
+// arm's schedule rule that reads the vpp a layout that cannot be read could not give.
+TEST(RecipeValidation, ABadPipelineHasOneReason) {
+  const std::string overlap = "\n[arms.overlap]\nengine = \"overlap\"\n";
+  const std::string uneven = Replace(ValidToml(), "ep = 2", "ep = 2\npp = 2\nvpp = 2") + overlap;
+  const std::string layout =
+      Replace(Replace(ValidToml(), testing::SmallModelTable(3, 1),
+                      testing::SmallModelTable(4, 1) + "pipeline_layout = \"EEt|t|t|tmL\"\n"),
+              "ep = 2", "ep = 2\npp = 2") +
+      overlap;
+  for (const auto& [text, reason] : std::vector<std::pair<std::string, std::string>>{
+           {uneven, "[model] layers = 3 does not split evenly over [parallel] pp x vpp = 2 x 2"},
+           {layout, "has 'E' twice"}}) {
+    try {
+      ParseRecipe(text, "pipeline.toml");
+      ADD_FAILURE() << "accepted: " << reason;
+    } catch (const InputError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(reason), std::string::npos) << message;
+      EXPECT_EQ(message.find("[model] [model]"), std::string::npos) << message;
+      EXPECT_EQ(message.find("needs vpp > 1"), std::string::npos) << message;
+    }
+  }
+}
+
 TEST(RecipeValidation, ArmOverridesRecomputeAndPrecision) {
   std::string text = ValidToml() +
                      "\n[arms.plain]\nengine = \"reference\"\nrecompute = { granularity = "

@@ -9,6 +9,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <set>
@@ -56,6 +57,32 @@ class Diagnostics {
   std::string path_;
   std::vector<std::string> messages_;
 };
+
+// The one of `known` closest to `name` in edits (insert, delete, replace a character), when it is
+// close enough to be a slip: at most one edit in three characters, and at least one. "" if none.
+inline std::string ClosestKey(const std::string& name, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(1, name.size() / 3) + 1;
+  for (const std::string& key : known) {
+    std::vector<size_t> row(key.size() + 1);
+    for (size_t j = 0; j <= key.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= name.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= key.size(); ++j) {
+        const size_t above = row[j];
+        row[j] =
+            std::min({above + 1, row[j - 1] + 1, diagonal + (name[i - 1] == key[j - 1] ? 0 : 1)});
+        diagonal = above;
+      }
+    }
+    if (row[key.size()] < best_distance) {
+      best_distance = row[key.size()];
+      best = key;
+    }
+  }
+  return best;
+}
 
 inline std::string LineSuffix(const toml::node& node) {
   const auto& source = node.source();
@@ -260,7 +287,9 @@ class TableReader {
     for (const auto& [key, node] : *table_) {
       std::string name(key.str());
       if (consumed_.count(name)) continue;
+      const std::string closest = ClosestKey(name, asked_);
       diag_->Add(where_, "has unknown key '" + name + "'" + LineSuffix(node) +
+                             (closest.empty() ? "" : "; did you mean '" + closest + "'?") +
                              (known.empty() ? "" : "; known keys: " + known));
     }
   }

@@ -63,7 +63,8 @@ TEST(RecipeSchema, EveryDocumentedDefaultIsAcceptedByTheReader) {
   EXPECT_GT(checked, 40);
 }
 
-// The unknown-key message lists exactly the table's keys, in the table's order.
+// The unknown-key message names the closest key when it is a slip away, and lists exactly the
+// table's keys, in the table's order.
 TEST(RecipeSchema, UnknownKeyMessageListsTheTablesKeys) {
   std::string known;
   for (const RecipeKeyDoc& d : RecipeKeyDocs()) {
@@ -74,7 +75,19 @@ TEST(RecipeSchema, UnknownKeyMessageListsTheTablesKeys) {
     FAIL() << "an unknown key was accepted";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "keys.toml: [parallel] has unknown key 'epp' (line 2); known keys: " + known);
+              "keys.toml: [parallel] has unknown key 'epp' (line 2); did you mean 'ep'?; known "
+              "keys: " +
+                  known);
+  }
+}
+
+// A name no slip away from any key gets no suggestion.
+TEST(RecipeSchema, AFarNameGetsNoSuggestion) {
+  try {
+    ParseRecipe(std::string("[parallel]\nthroughput = 2\n") + kArm, "keys.toml");
+    FAIL() << "an unknown key was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).find("did you mean"), std::string::npos) << e.what();
   }
 }
 
@@ -90,9 +103,10 @@ TEST(RecipeSchema, ArmKeysAreTheArmTablesKeys) {
     ParseRecipe("[arms.reference]\nengine = \"reference\"\nrecomput = {}\n", "keys.toml");
     FAIL() << "an unknown key was accepted";
   } catch (const InputError& e) {
-    EXPECT_EQ(
-        std::string(e.what()),
-        "keys.toml: [arms.reference] has unknown key 'recomput' (line 3); known keys: " + known);
+    EXPECT_EQ(std::string(e.what()),
+              "keys.toml: [arms.reference] has unknown key 'recomput' (line 3); did you mean "
+              "'recompute'?; known keys: " +
+                  known);
   }
 }
 

@@ -192,8 +192,12 @@ int Run(const WorkerRequest& request) {
   ParallelLayout layout = ParallelLayout::Make(context.rank, context.world_size, recipe.parallel.ep,
                                                recipe.model.experts, recipe.parallel.pp);
   const DebugSwitches switches = ReadDebugSwitches();
+  // Every rank creates the folder as `run --out` does (the others find it made: no error).
+  std::error_code ec;
+  std::filesystem::create_directories(request.out_dir, ec);
   if (!std::filesystem::is_directory(request.out_dir)) {
-    throw InputError(request.out_dir + ": output directory does not exist");
+    throw InputError(request.out_dir + ": cannot create the output directory" +
+                     (ec ? ": " + ec.message() : std::string(" (a file is in the way)")));
   }
   // The first line of every rank's log: which process and process group it is, so that a
   // launcher's tests can check that no member of the group outlives a failed run.

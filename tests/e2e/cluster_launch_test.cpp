@@ -89,9 +89,10 @@ TEST_P(ClusterLaunchTest, HandStartedWorkersMergeIntoTheLaunchersTrace) {
   testing::TempDir dir;
   const std::string recipe = RecipeAndLauncherTrace(dir);
   ASSERT_FALSE(::testing::Test::HasFailure());
-  LaunchWorkersByHand(recipe, dir.File("parts"), GetParam());
-  testing::CommandResult merge =
-      testing::RunBitparity({"merge", dir.File("parts"), "--out", dir.File("merged.h5")});
+  // The ranks create their --out-dir, as `run --out` does (each of them, at once).
+  LaunchWorkersByHand(recipe, dir.File("parts/made_by_the_ranks"), GetParam());
+  testing::CommandResult merge = testing::RunBitparity(
+      {"merge", dir.File("parts/made_by_the_ranks"), "--out", dir.File("merged.h5")});
   ASSERT_EQ(merge.exit_code, 0) << merge.output;
   Trace merged = ReadTrace(dir.File("merged.h5"));
   EXPECT_EQ(merged.ranks[0].attributes.at("rank_source"), GetParam() ? "slurm" : "torchrun");

@@ -102,6 +102,8 @@ float BlockwiseScale(float amax) {
 }
 
 float MxScale(float amax) {
+  // amax 0: E8M0 code 0x00, 2^-127, as Transformer Engine's float_to_e8m0(0) stores it.
+  if (amax == 0.0f) return 0x1p-127f;
   if (!(amax > 0.0f)) return 1.0f;
   const float t = amax / kE4M3Max;
   if (t == 0.0f) return 0x1p-127f;

@@ -17,7 +17,8 @@
 //   blockwise (DeepSeek-V3 / TE Float8BlockScaling): fp32 scale = 448 / amax rounded down to a
 //     power of two (amax 0 -> 1); q = E4M3(x * scale); x' = q / scale.
 //   MXFP8 (OCP MX): E8M0 scale = amax / 448 rounded up to a power of two, saturating to
-//     [2^-127, 2^127] (amax 0 -> 1); q = E4M3(x / scale); x' = q * scale.
+//     [2^-127, 2^127] (amax 0 -> 2^-127, E8M0 code 0x00, as Transformer Engine stores it);
+//     q = E4M3(x / scale); x' = q * scale.
 // Blocks run along the reduction dimension; a dimension that is not a multiple of the block
 // length ends with a shorter block (its amax covers only the elements that exist).
 

@@ -37,7 +37,7 @@ at::Tensor BlockwiseQuantizationScale(const at::Tensor& amax) {
 }
 
 // MxScale of numerics/fp8.cpp per block: amax / 448 rounded up to a power of two in
-// [2^-127, 2^127]; 1 where amax is 0 or NaN.
+// [2^-127, 2^127] (2^-127 where amax is 0, Transformer Engine's E8M0 0x00); 1 where it is NaN.
 at::Tensor MxQuantizationScale(const at::Tensor& amax) {
   // A true division by a tensor: with a scalar, CUDA multiplies by fl(1 / 448) instead.
   at::Tensor ratio = amax.div(at::full_like(amax, kE4M3Max));  // subnormal or 0 for tiny amax
@@ -49,7 +49,7 @@ at::Tensor MxQuantizationScale(const at::Tensor& amax) {
   at::Tensor subnormal_power = at::where(
       mantissa > (int64_t{1} << 22), at::full_like(exponent, -126), at::full_like(exponent, -127));
   at::Tensor power = at::where(exponent == 0, subnormal_power, normal_power).clamp(-127, 127);
-  return at::where(amax > 0, PowerOfTwo(power), at::ones_like(amax));
+  return at::where(amax >= 0, PowerOfTwo(power), at::ones_like(amax));
 }
 
 // Saturates to the largest finite E4M3 value, keeping NaNs (and their sign) as they are.

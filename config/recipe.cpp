@@ -449,6 +449,11 @@ std::string ReadTomlFile(const std::string& path, const std::string& kind) {
   if (std::filesystem::is_directory(path, ec)) {
     throw InputError(path + ": is a directory, expected a " + kind + " file (.toml)");
   }
+  // A FIFO, socket or device could block the read forever (a FIFO without a writer) or never end.
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw InputError(path + ": is not a regular file (a FIFO, socket or device), expected a " +
+                     kind + " file (.toml)");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open " + kind + " file for reading");
   std::string text(kMaxTomlFileBytes + 1, '\0');

@@ -2,6 +2,7 @@
 // the table and the key, and exit code 2 from the CLI.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <string>
@@ -258,6 +259,18 @@ TEST(RecipeValidation, MissingFileIsBadInput) {
   testing::CommandResult r = testing::RunBitparity({"validate", "/nonexistent/recipe.toml"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("/nonexistent/recipe.toml: recipe file not found"), std::string::npos)
+      << r.output;
+}
+
+// A FIFO with no writer would block the read forever: refused as not a regular file, at once.
+TEST(RecipeValidation, AFifoIsBadInputNotAHang) {
+  testing::TempDir dir;
+  const std::string fifo = dir.File("recipe.toml");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  testing::CommandResult r = testing::RunBitparity({"validate", fifo});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(fifo + ": is not a regular file (a FIFO, socket or device)"),
+            std::string::npos)
       << r.output;
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "config/recipe.h"
@@ -403,22 +404,34 @@ TEST(MatrixExpansion, AProductBeyondTheCellLimitIsRefusedBeforeItIsExpanded) {
 }
 
 TEST(MatrixExpansion, AMatrixOrBaseThatIsNoSmallFileIsBadInput) {
-  // /dev/zero never ends: the reader stops at its bound instead of filling the memory.
-  try {
-    LoadMatrix("/dev/zero");
-    ADD_FAILURE() << "/dev/zero read as a matrix";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("/dev/zero: larger than 1 MiB, not a matrix file"),
-              std::string::npos)
-        << e.what();
+  // /dev/zero never ends: refused as a device before any read. A regular file over the bound is
+  // refused by its size, without reading it whole.
+  testing::TempDir dir;
+  const std::string big = dir.File("big.toml");
+  {
+    std::ofstream out(big, std::ios::binary);
+    out << std::string((1 << 20) + 1, '#');
   }
-  try {
-    LoadRecipe("/dev/zero");
-    ADD_FAILURE() << "/dev/zero read as a recipe";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("/dev/zero: larger than 1 MiB, not a recipe file"),
-              std::string::npos)
-        << e.what();
+  for (const auto& [path, message] : std::vector<std::pair<std::string, std::string>>{
+           {"/dev/zero",
+            "/dev/zero: is not a regular file (a FIFO, socket or device), expected a "},
+           {big, big + ": larger than 1 MiB, not a "}}) {
+    try {
+      LoadMatrix(path);
+      ADD_FAILURE() << path << " read as a matrix";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(message + (path == big ? "matrix" : "matrix file")),
+                std::string::npos)
+          << e.what();
+    }
+    try {
+      LoadRecipe(path);
+      ADD_FAILURE() << path << " read as a recipe";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(message + (path == big ? "recipe" : "recipe file")),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

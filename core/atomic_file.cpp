@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/errors.h"
+#include "core/temporary_mark.h"
 
 namespace bitparity {
 
@@ -22,7 +23,7 @@ std::string DescribeWriteError(const std::string& path, const std::string& doing
 }
 
 void WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  const std::string temporary = path + ".tmp." + ThisProcessMark();
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw InfrastructureError(DescribeWriteError(path, "cannot create", errno));
   // Any failure below removes the temporary and leaves `path` as it was.

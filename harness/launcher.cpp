@@ -22,6 +22,7 @@
 #include "config/recipe.h"
 #include "core/atomic_file.h"
 #include "core/errors.h"
+#include "core/temporary_mark.h"
 #include "harness/process.h"
 #include "numerics/determinism.h"
 #include "trace/trace.h"
@@ -189,21 +190,6 @@ volatile std::sig_atomic_t interrupt_signal = 0;
 void RecordInterrupt(int signal) { interrupt_signal = signal; }
 struct sigaction previous_sigint, previous_sigterm;
 
-// The pid of a debris name "<base>.parts.<pid>" or "<base>.tmp.<pid>", or -1.
-pid_t DebrisOwner(const std::string& name) {
-  for (const char* tag : {".parts.", ".tmp."}) {
-    const size_t at = name.rfind(tag);
-    if (at == std::string::npos) continue;
-    const std::string digits = name.substr(at + std::strlen(tag));
-    if (digits.empty() || digits.size() > 9 ||
-        digits.find_first_not_of("0123456789") != std::string::npos) {
-      continue;
-    }
-    return static_cast<pid_t>(std::stol(digits));
-  }
-  return -1;
-}
-
 }  // namespace
 
 InterruptScope::InterruptScope() {
@@ -231,9 +217,8 @@ std::string SignalName(int signal) {
 void RemoveDeadProcessDebris(const std::string& dir) {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const pid_t owner = DebrisOwner(it->path().filename().string());
-    if (owner <= 0 || owner == ::getpid()) continue;
-    if (::kill(owner, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    const std::optional<TemporaryMark> mark = ParseTemporaryMark(it->path().filename().string());
+    if (!mark || !OwnerIsGone(*mark)) continue;  // not ours, or its owner may still need it
     std::error_code remove_error;
     fs::remove_all(it->path(), remove_error);
   }
@@ -248,7 +233,7 @@ class RankGroupRun {
       : options_(options),
         world_(options.world_size),
         start_(Clock::now()),
-        parts_(options.trace_path + ".parts." + std::to_string(::getpid())) {}
+        parts_(options.trace_path + ".parts." + ThisProcessMark()) {}
 
   ~RankGroupRun() {
     std::error_code ec;

@@ -71,7 +71,8 @@ int InterruptSignal();
 std::string SignalName(int signal);
 
 // Removes what interrupted or killed bitparity processes left in `dir`: folders
-// <name>.parts.<pid> and files <name>.tmp.<pid> whose pid no longer runs.
+// <name>.parts.<mark> and files <name>.tmp.<mark> whose mark (core/temporary_mark.h) proves the
+// owner gone. Nothing without bitparity's mark, and nothing of another host or container.
 void RemoveDeadProcessDebris(const std::string& dir);
 
 // A TCP port on the loopback interface that nothing listens on at this moment (the OS's pick).

@@ -86,8 +86,10 @@ std::unique_ptr<OutputLock> LockGoldenFolder(const std::string& golden_path) {
   if (ec) {
     throw InputError(folder.string() + ": cannot create the golden directory: " + ec.message());
   }
-  return std::make_unique<OutputLock>(folder.string(),
-                                      "wait for its --update-golden to finish, then run again");
+  auto lock = std::make_unique<OutputLock>(
+      folder.string(), "wait for its --update-golden to finish, then run again");
+  RemoveDeadProcessDebris(folder.string());  // an interrupted update's temporary, now it is ours
+  return lock;
 }
 
 // Whether the ranks record node probes (--probes or [trace] probes = "nodes"); a run that records

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/temporary_mark.h"
 #include "harness/probe_compare.h"
 #include "tests/support/junit_reader.h"
 #include "tests/support/small_recipe_run.h"
@@ -37,9 +38,15 @@ std::string GoldenIn(const std::string& store) {
 }
 
 TEST_F(SmallRecipeTest, GoldenLifecycle) {
+  // An interrupted update's temporary in the golden store: the next update removes it.
+  const std::string debris =
+      dir_.File("golden/small/cpu-000000000000.h5.tmp." + ThisMachineMark() + "-999999999-1");
+  fs::create_directories(dir_.File("golden/small"));
+  dir_.Write("golden/small/" + fs::path(debris).filename().string(), "partial\n");
   // Record a golden from a clean run, then a clean run matches it.
   testing::CommandResult update = Run("update", {"--update-golden"});
   ASSERT_EQ(update.exit_code, 0) << update.output;
+  EXPECT_FALSE(fs::exists(debris));
   std::vector<fs::path> goldens;
   for (const auto& e : fs::directory_iterator(dir_.File("golden/small"))) {
     if (e.path().extension() == ".h5") goldens.push_back(e.path());  // beside the update's lock

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "config/recipe.h"
+#include "core/temporary_mark.h"
 #include "harness/process.h"
 #include "tests/support/junit_reader.h"
 #include "tests/support/small_recipe_run.h"
@@ -283,9 +284,18 @@ TEST_F(SmallRecipeTest, AnInterruptedRunEndsItsRanksCleansUpAndReports) {
   const std::string long_recipe = dir_.Write(
       "long.toml", std::regex_replace(testing::ReadFile(recipe_), std::regex("iterations = \\d+"),
                                       "iterations = 400"));
-  // Debris of a process that no longer runs, in the run's folders: removed by the next run.
-  fs::create_directories(dir_.File("int/reference/run1/trace.h5.parts.999999999"));
-  dir_.Write("int/junit.xml.tmp.999999999", "stale\n");
+  // Debris of a process of this machine that no longer runs, in the run's folders: removed by
+  // the next run. What carries no mark of bitparity's (a user's folder and file named like old
+  // temporaries), and a mark of another machine or container (a live run there), stay.
+  const std::string dead = ThisMachineMark() + "-999999999-1";
+  fs::create_directories(dir_.File("int/reference/run1/trace.h5.parts." + dead));
+  dir_.Write("int/junit.xml.tmp." + dead, "stale\n");
+  const std::vector<std::string> kept = {"int/notes.parts.4242/mine.txt", "int/notes.tmp.4242",
+                                         "int/other.parts.0123456789abcdef-999999999-1/x"};
+  for (const std::string& file : kept) {
+    fs::create_directories(fs::path(dir_.File(file)).parent_path());
+    dir_.Write(file, "not bitparity's to remove\n");
+  }
   for (const auto& [signal, code] :
        std::vector<std::pair<int, int>>{{SIGINT, 130}, {SIGTERM, 143}}) {
     const std::string log = dir_.File("int." + std::to_string(signal) + ".log");
@@ -303,9 +313,14 @@ TEST_F(SmallRecipeTest, AnInterruptedRunEndsItsRanksCleansUpAndReports) {
     }
     EXPECT_TRUE(interrupted) << report.dump();
     ExpectValidJunit(dir_.File("int/junit.xml"));
-    // No temporaries of any process left, and no rank still running.
+    // No temporaries of any bitparity process of this machine left, and no rank still running.
+    for (const std::string& file : kept) EXPECT_TRUE(fs::exists(dir_.File(file))) << file;
     for (const auto& entry : fs::recursive_directory_iterator(dir_.File("int"))) {
       const std::string name = entry.path().filename().string();
+      if (name.rfind("notes.", 0) == 0 || name.rfind("other.", 0) == 0 || name == "mine.txt" ||
+          name == "x") {
+        continue;
+      }
       EXPECT_EQ(name.find(".parts."), std::string::npos) << entry.path();
       EXPECT_EQ(name.find(".tmp."), std::string::npos) << entry.path();
     }

@@ -104,13 +104,19 @@ INSTANTIATE_TEST_SUITE_P(
 // [parallel] microbatch_group_size (Megatron's microbatch_group_size_per_vp_stage) other than
 // pp: both arms take the four microbatches through a chunk before the next chunk starts, and
 // still agree bit for bit (their pipeline transfers stay in order: comm/pipeline_channel.h).
-TEST(PipelineOverlapParity, AMicrobatchGroupOtherThanPpReordersBothArmsAlike) {
-  testing::RecipeBuilder builder(4, 1);
+// pp 2, vpp 2, four microbatches per pipeline rank taken in one group of 4.
+testing::RecipeBuilder GroupOfFour(int mtp_layers) {
+  testing::RecipeBuilder builder(4, mtp_layers);
   builder.Set("parallel.pp", int64_t{2})
       .Set("parallel.vpp", int64_t{2})
       .Set("parallel.microbatch_group_size", int64_t{4})
-      .Set("train.global_batch", int64_t{16})
-      .Set("train.lr", 1e-2)
+      .Set("train.global_batch", int64_t{16});
+  return builder;
+}
+
+TEST(PipelineOverlapParity, AMicrobatchGroupOtherThanPpReordersBothArmsAlike) {
+  testing::RecipeBuilder builder = GroupOfFour(1);
+  builder.Set("train.lr", 1e-2)
       .Set("precision.recipe", "bf16")
       .ParityArms(testing::FullRecompute("uniform", 1));
   const Recipe recipe = builder.Build("microbatch_group.toml");
@@ -135,12 +141,8 @@ TEST(PipelineOverlapParity, AMicrobatchGroupOtherThanPpReordersBothArmsAlike) {
 // receive, naming the rank and both passes, before any number is computed from the wrong tensor.
 // (The overlap arm's extra warm-up forward happens to keep this table's one-lane order.)
 TEST(PipelineOverlapParity, AReceiveMatchedToTheWrongPassFailsNamingIt) {
-  testing::RecipeBuilder builder(4, 0);
-  builder.Set("parallel.pp", int64_t{2})
-      .Set("parallel.vpp", int64_t{2})
-      .Set("parallel.microbatch_group_size", int64_t{4})
-      .Set("train.global_batch", int64_t{16})
-      .ParityArms("");
+  testing::RecipeBuilder builder = GroupOfFour(0);
+  builder.ParityArms("");
   const Recipe recipe = builder.Build("one_lane.toml");
   testing::ThreadTrainOptions options;
   options.bugs.runtime.pipeline_one_lane = true;

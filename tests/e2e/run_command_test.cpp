@@ -192,6 +192,31 @@ TEST_F(SmallRecipeTest, ASecondProcessIsRefusedTheOutputFolderOfAFirst) {
   EXPECT_EQ(Run("busy", {"--arms", "reference", "--repeats", "1", "--no-golden"}).exit_code, 0);
 }
 
+// A lock path that is a symbolic link, a hard link or a file of other content is not opened
+// through, truncated or written: exit 2 naming it, and its target as it was.
+TEST_F(SmallRecipeTest, ALockThatIsNotOursIsLeftAlone) {
+  const std::string target = dir_.Write("precious.txt", "the user's data\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"symlink", "is a symbolic link"},
+      {"hardlink", "is not a bitparity lock (it has other names (a hard link))"},
+      {"content", "is not a bitparity lock (it holds something else)"}};
+  for (const auto& [kind, reason] : cases) {
+    const std::string out = dir_.File("lock_" + kind);
+    fs::create_directories(out);
+    const std::string lock = out + "/.bitparity.lock";
+    if (kind == "symlink") fs::create_symlink(target, lock);
+    if (kind == "hardlink") fs::create_hard_link(target, lock);
+    if (kind == "content") dir_.Write("lock_content/.bitparity.lock", "notes, not a pid\n");
+    testing::CommandResult r =
+        Run("lock_" + kind, {"--arms", "reference", "--repeats", "1", "--no-golden"});
+    EXPECT_EQ(r.exit_code, 2) << kind << ": " << r.output;
+    EXPECT_NE(r.output.find(lock + " " + reason), std::string::npos) << r.output;
+    EXPECT_EQ(testing::ReadFile(target), "the user's data\n") << kind;
+    EXPECT_FALSE(fs::exists(out + "/report.json")) << kind;
+  }
+  EXPECT_EQ(testing::ReadFile(dir_.File("lock_content/.bitparity.lock")), "notes, not a pid\n");
+}
+
 TEST_F(SmallRecipeTest, OnATerminalEachRunsProgressIsOneLineRewrittenInPlace) {
   // util-linux's script(1) gives the run a terminal; in a pipe (every other test) progress is one
   // line per iteration.

@@ -453,6 +453,21 @@ class RankGroupRun {
     for (const auto& [key, value] : options_.trace_attributes) {
       result_.trace.attributes[key] = value;
     }
+    if (!options_.recipe_text.empty()) {
+      // The ranks read the launcher's copy in the parts folder, which goes now; the trace names
+      // the file the recipe came from.
+      std::error_code absolute_error;
+      const std::string origin =
+          fs::absolute(options_.worker.recipe_path, absolute_error).lexically_normal().string();
+      if (result_.trace.attributes.count(trace_keys::kRecipePath)) {
+        result_.trace.attributes[trace_keys::kRecipePath] = origin;
+      }
+      for (RankTrace& rank : result_.trace.ranks) {
+        if (rank.attributes.count(trace_keys::kRecipePath)) {
+          rank.attributes[trace_keys::kRecipePath] = origin;
+        }
+      }
+    }
     // The parts are in memory now: their disk space is given back before the merged trace needs
     // it.
     std::error_code ec;

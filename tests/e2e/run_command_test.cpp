@@ -126,6 +126,19 @@ TEST_F(SmallRecipeTest, RanksTrainTheRecipeTextTheLauncherRead) {
   const Trace trace = ReadTrace(dir_.File("once/reference/run1/trace.h5"));
   EXPECT_EQ(trace.attribute(trace_keys::kRecipe), text);
   EXPECT_EQ(trace.attribute(trace_keys::kRecipeDigest), RecipeDigest(text));
+  // The path is the recipe's own, not the launcher's snapshot (gone with the parts folder).
+  const std::string origin = fs::absolute(recipe_).lexically_normal().string();
+  int paths = 0;
+  if (!trace.attribute(trace_keys::kRecipePath).empty()) {
+    EXPECT_EQ(trace.attribute(trace_keys::kRecipePath), origin);
+    ++paths;
+  }
+  for (const RankTrace& rank : trace.ranks) {
+    if (!rank.attributes.count(trace_keys::kRecipePath)) continue;
+    EXPECT_EQ(rank.attributes.at(trace_keys::kRecipePath), origin);
+    ++paths;
+  }
+  EXPECT_GT(paths, 0) << "the trace names where its recipe came from";
   // A rank handed a recipe whose digest is not the launcher's refuses it (bad input).
   testing::CommandResult worker =
       testing::RunBitparity({"worker", "--recipe", recipe_, "--arm", "reference", "--out-dir",

@@ -209,6 +209,9 @@ class RecipeRun {
       throw InputError("--update-golden records the baseline arm '" + baseline_ +
                        "' ([compare] baseline), which --arms leaves out; add it to --arms");
     }
+    // Before anything is locked or written: a malformed --perturb is bad input with no trace.
+    std::vector<Perturbation> perturbations =
+        ParsePerturbations(options_.perturb, arms_, options_.repeats);
     fingerprint_ = BaselineFingerprint();
     std::error_code ec;
     if (fs::exists(goldens_.dir(), ec) && !fs::is_directory(goldens_.dir(), ec)) {
@@ -220,8 +223,7 @@ class RecipeRun {
     LoadGolden();
     PrepareOutput();
     plan_ = PlanChecks(recipe_, arms_, {options_.repeats, probes()});
-    runs_ = std::make_unique<ArmRuns>(recipe_, options_, out_dir_,
-                                      ParsePerturbations(options_.perturb, arms_, options_.repeats),
+    runs_ = std::make_unique<ArmRuns>(recipe_, options_, out_dir_, std::move(perturbations),
                                       probes(), console_);
   }
 

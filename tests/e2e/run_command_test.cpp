@@ -414,7 +414,10 @@ TEST_F(SmallRecipeTest, SubsetsOfArmsAndRepeats) {
   EXPECT_EQ(verdict, "skipped");
   EXPECT_NE(message.find("arm 'reference' was not run"), std::string::npos) << message;
   EXPECT_EQ(Run("bad", {"--arms", "nope"}).exit_code, 2);
-  EXPECT_EQ(Run("bad", {"--perturb", "overlap:9:rank=0"}).exit_code, 2);
+  for (const char* perturb : {"overlap:9:rank=0", "nope:1:rank=0", "overlap"}) {
+    EXPECT_EQ(Run("bad", {"--perturb", perturb}).exit_code, 2) << perturb;
+    EXPECT_FALSE(fs::exists(dir_.File("bad"))) << perturb << ": nothing written, nothing locked";
+  }
   // Refused with the reason before anything trains.
   for (const auto& [extra, reason] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--arms", "reference,reference"}, "--arms names 'reference' twice"},

@@ -279,12 +279,49 @@ std::string ConsoleReport(const RunReport& report) {
 
 namespace {
 
+// `text` as XML 1.0 may carry it: a control character XML forbids (below U+0020 but tab, newline
+// and carriage return; a character reference to one is forbidden too) and a byte that is not
+// part of valid UTF-8 become the visible text "\xNN", so that no reader rejects the file.
+std::string XmlText(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  auto escape = [&out](unsigned char c) {
+    static const char kHex[] = "0123456789abcdef";
+    out += std::string("\\x") + kHex[c >> 4] + kHex[c & 0xF];
+  };
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+        escape(c);
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    const size_t n = c >= 0xF0 && c < 0xF5 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+    bool valid = n > 0 && i + n <= text.size();
+    for (size_t k = 1; valid && k < n; ++k) {
+      valid = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    }
+    if (valid) {
+      out += text.substr(i, n);
+      i += n;
+    } else {
+      escape(c);
+      ++i;
+    }
+  }
+  return out;
+}
+
 // One check as a JUnit testcase: its verdict element with the summary and details, and the first
 // divergent operations in its system-out.
 void AppendTestcase(pugi::xml_node suite_node, const RunReport& suite, const CheckResult& c) {
   pugi::xml_node t = suite_node.append_child("testcase");
-  t.append_attribute("classname") = ("bitparity." + suite.name).c_str();
-  t.append_attribute("name") = c.name.c_str();
+  t.append_attribute("classname") = XmlText("bitparity." + suite.name).c_str();
+  t.append_attribute("name") = XmlText(c.name).c_str();
   t.append_attribute("time") = c.seconds;
   // The first divergent operations where a CI page shows them without opening the failure's
   // text: the testcase's system-out (JUnit's testcase has no properties), one line each.
@@ -301,21 +338,23 @@ void AppendTestcase(pugi::xml_node suite_node, const RunReport& suite, const Che
   const std::string body = c.details.empty() ? c.summary : c.summary + "\n" + c.details;
   if (c.verdict == Verdict::kFail) {
     pugi::xml_node f = t.append_child("failure");
-    f.append_attribute("message") = c.summary.c_str();
+    f.append_attribute("message") = XmlText(c.summary).c_str();
     f.append_attribute("type") = "bitparity.mismatch";
-    f.append_child(pugi::node_pcdata).set_value(body.c_str());
+    f.append_child(pugi::node_pcdata).set_value(XmlText(body).c_str());
   } else if (c.verdict == Verdict::kError) {
     pugi::xml_node e = t.append_child("error");
-    e.append_attribute("message") = c.summary.c_str();
+    e.append_attribute("message") = XmlText(c.summary).c_str();
     e.append_attribute("type") = "bitparity.infrastructure";
-    e.append_child(pugi::node_pcdata).set_value(body.c_str());
+    e.append_child(pugi::node_pcdata).set_value(XmlText(body).c_str());
   } else if (c.verdict == Verdict::kSkipped) {
-    t.append_child("skipped").append_attribute("message") = c.summary.c_str();
+    t.append_child("skipped").append_attribute("message") = XmlText(c.summary).c_str();
   } else {
     operations = operations.empty() ? body : body + "\n" + operations;
   }
   if (!operations.empty()) {
-    t.append_child("system-out").append_child(pugi::node_pcdata).set_value(operations.c_str());
+    t.append_child("system-out")
+        .append_child(pugi::node_pcdata)
+        .set_value(XmlText(operations).c_str());
   }
 }
 
@@ -331,7 +370,7 @@ void AppendSuiteProperties(pugi::xml_node s, const RunReport& suite) {
   for (const auto& [key, value] : properties) {
     pugi::xml_node p = props.append_child("property");
     p.append_attribute("name") = key;
-    p.append_attribute("value") = value.c_str();
+    p.append_attribute("value") = XmlText(value).c_str();
   }
 }
 
@@ -354,13 +393,13 @@ std::string JunitReport(const std::vector<RunReport>& reports) {
       s_errors += c.verdict == Verdict::kError;
       s_skipped += c.verdict == Verdict::kSkipped;
     }
-    s.append_attribute("name") = suite.name.c_str();
+    s.append_attribute("name") = XmlText(suite.name).c_str();
     s.append_attribute("tests") = static_cast<int>(suite.checks.size());
     s.append_attribute("failures") = s_failures;
     s.append_attribute("errors") = s_errors;
     s.append_attribute("skipped") = s_skipped;
     s.append_attribute("time") = suite.seconds;
-    s.append_attribute("timestamp") = suite.timestamp.c_str();
+    s.append_attribute("timestamp") = XmlText(suite.timestamp).c_str();
     AppendSuiteProperties(s, suite);
     for (const CheckResult& c : suite.checks) AppendTestcase(s, suite, c);
     tests += static_cast<int>(suite.checks.size());

@@ -15,6 +15,8 @@
 #include "harness/checks.h"
 #include "harness/localizer.h"
 #include "harness/report.h"
+#include "tests/support/junit_reader.h"
+#include "tests/support/test_support.h"
 #include "tests/support/trace_builder.h"
 #include "trace/trace_keys.h"
 
@@ -369,6 +371,29 @@ TEST(ReportOutput, JsonReportIsPinned) {
   "verdict": "fail"
 }
 )pinned");
+}
+
+// Control characters and bytes that are not UTF-8 in a path, a name or a message reach the
+// JUnit file as visible "\xNN" text, never as characters or references XML 1.0 forbids; the
+// file stays well-formed and valid against tests/data/junit.xsd.
+TEST(ReportOutput, JunitReportCarriesNoCharacterXmlForbids) {
+  RunReport report = MakeReport(Scenario::kLossAndCrash);
+  report.recipe_path = std::string(
+      "/recipes/a\x01"
+      "b\x1b[31mred\xff\xc3(.toml");
+  report.checks[0].name += std::string("\x02");
+  report.checks[0].summary += std::string(
+      " \x07"
+      "bell, caf\xc3\xa9");
+  const std::string xml = JunitReport({report});
+  for (const char* forbidden : {"&#1;", "&#2;", "&#7;", "&#27;", "&#x1;", "\x01", "\x1b", "\xff"}) {
+    EXPECT_EQ(xml.find(forbidden), std::string::npos) << forbidden << "\n" << xml;
+  }
+  EXPECT_NE(xml.find("/recipes/a\\x01b\\x1b[31mred\\xff\\xc3(.toml"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("\\x07bell, caf\xc3\xa9"), std::string::npos) << xml;
+  testing::TempDir dir;
+  const std::string path = dir.Write("junit.xml", xml);
+  testing::ExpectValidJunit(path);
 }
 
 TEST(ReportOutput, JunitReportIsPinned) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -158,6 +160,13 @@ const ArmReport* Baseline(const RunReport& report) {
   return nullptr;
 }
 
+bool SameBits(double x, double y) {
+  uint64_t a = 0, b = 0;
+  std::memcpy(&a, &x, sizeof(a));
+  std::memcpy(&b, &y, sizeof(b));
+  return a == b;
+}
+
 std::string GradNormDifferenceChart(const RunReport& report) {
   const ArmReport* base = Baseline(report);
   if (base == nullptr || base->runs.empty()) {
@@ -174,7 +183,7 @@ std::string GradNormDifferenceChart(const RunReport& report) {
     bool identical = true;
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
       s.points.emplace_back(static_cast<double>(i + 1), a[i] - b[i]);
-      identical = identical && a[i] == b[i];
+      identical = identical && SameBits(a[i], b[i]);  // NaN equals NaN of the same bits
     }
     notes += Note(arm.name + " vs " + base->name + ": " +
                   (identical ? "the grad norms are bit-identical at every iteration."

@@ -47,6 +47,7 @@ nlohmann::json MatrixJsonReport(const MatrixReport& report) {
   }
   json["exit_code"] = MatrixExitCode(report);
   json["seconds"] = report.seconds;
+  NonFiniteAsText(&json);
   return json;
 }
 

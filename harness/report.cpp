@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -176,6 +177,18 @@ nlohmann::json ThroughputJson(const Throughput& t) {
 
 }  // namespace
 
+void NonFiniteAsText(nlohmann::json* value) {
+  if (value->is_number_float()) {
+    const double x = value->get<double>();
+    if (std::isnan(x)) *value = "NaN";
+    if (std::isinf(x)) *value = x > 0 ? "Infinity" : "-Infinity";
+    return;
+  }
+  if (value->is_structured()) {
+    for (nlohmann::json& child : *value) NonFiniteAsText(&child);
+  }
+}
+
 nlohmann::json JsonReport(const RunReport& report) {
   nlohmann::json j;
   j["recipe"] = {{"name", report.recipe_name}, {"path", report.recipe_path}};
@@ -221,6 +234,7 @@ nlohmann::json JsonReport(const RunReport& report) {
     if (c.difference) check["first_difference"] = DifferenceJson(*c.difference);
     j["checks"].push_back(check);
   }
+  NonFiniteAsText(&j);
   return j;
 }
 

@@ -97,8 +97,11 @@ struct RunReport {
 // The exit code of a list of checks: 3 when one is an error, else 1 when one failed, else 0.
 int ExitCodeOf(const std::vector<CheckResult>& checks);
 
-// report.json of `bitparity run`.
+// report.json of `bitparity run`. NaN and infinities, which JSON cannot hold as numbers (they
+// would become null), are written as the strings "NaN", "Infinity" and "-Infinity".
 nlohmann::json JsonReport(const RunReport& report);
+// Replaces every non-finite number in `value` by its text, as JsonReport writes it.
+void NonFiniteAsText(nlohmann::json* value);
 
 // The summary `bitparity run` prints: the arms, the checks, the failures' details, the result.
 std::string ConsoleReport(const RunReport& report);

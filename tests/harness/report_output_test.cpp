@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -13,6 +15,7 @@
 
 #include "core/errors.h"
 #include "harness/checks.h"
+#include "harness/html_report.h"
 #include "harness/localizer.h"
 #include "harness/report.h"
 #include "tests/support/junit_reader.h"
@@ -394,6 +397,36 @@ TEST(ReportOutput, JunitReportCarriesNoCharacterXmlForbids) {
   testing::TempDir dir;
   const std::string path = dir.Write("junit.xml", xml);
   testing::ExpectValidJunit(path);
+}
+
+// NaN and infinities are shown as what they are: report.json writes them as "NaN", "Infinity"
+// and "-Infinity" (not null), and report.html calls bit-identical NaN grad norms bit-identical.
+TEST(ReportOutput, NonFiniteValuesAreShownAsWhatTheyAre) {
+  RunReport report;
+  report.name = "nan";
+  report.baseline = "reference";
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const char* name : {"reference", "overlap"}) {
+    ArmReport arm;
+    arm.name = name;
+    arm.engine = name;
+    ArmRunReport run;
+    run.loss = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                -std::numeric_limits<float>::infinity(), 2.5f};
+    run.grad_norm = {nan, inf, 1.0};
+    run.step_seconds = {1.0, 1.0, 1.0, 1.0};
+    arm.runs.push_back(run);
+    report.arms.push_back(arm);
+  }
+  const nlohmann::json json = JsonReport(report);
+  const nlohmann::json& loss = json["arms"]["overlap"]["runs"][0]["loss"];
+  EXPECT_EQ(loss, nlohmann::json::parse(R"(["NaN", "Infinity", "-Infinity", 2.5])")) << loss;
+  EXPECT_EQ(json.dump().find("null"), std::string::npos) << json.dump();
+  const std::string html = HtmlReport(report);
+  EXPECT_NE(html.find("overlap vs reference: the grad norms are bit-identical at every iteration"),
+            std::string::npos);
+  EXPECT_EQ(html.find("the grad norms differ"), std::string::npos);
 }
 
 TEST(ReportOutput, JunitReportIsPinned) {

@@ -48,6 +48,13 @@ at::Tensor PendingPipelineReceive::Wait() {
     const PipelinePayload arrived = PayloadOf(label_.Wait());
     label_ = PendingTransfer();
     if (!(arrived == expected_)) {
+      // The payload is drained first, so that no receive is left in flight behind the error.
+      try {
+        payload_.Wait();
+      } catch (const std::exception&) {
+        // Another pass's tensor may not fit this buffer; the mismatch below is the reason.
+      }
+      payload_ = PendingTransfer();
       throw InfrastructureError(context_ + ": the pipeline receive posted for " +
                                 expected_.ToString() + " from pp rank " + std::to_string(peer_) +
                                 " got " + arrived.ToString() +

@@ -54,7 +54,8 @@ class PendingPipelineReceive {
  public:
   PendingPipelineReceive() = default;
   bool valid() const { return payload_.valid(); }
-  // Throws InfrastructureError when the label that arrived is not the one expected.
+  // Throws InfrastructureError when the label that arrived is not the one expected (once the
+  // payload that came with it has arrived too: nothing is left in flight).
   at::Tensor Wait();
 
  private:

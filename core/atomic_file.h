@@ -3,10 +3,10 @@
 
 // Writing a result file so that a reader sees either the old file or the complete new one, never
 // a part: every report, trace and golden bitparity writes goes through WriteFileAtomically. The
-// bytes go to `<path>.tmp.<mark>` (core/temporary_mark.h) with write(2), are flushed to the disk with fsync(2) and renamed
-// over `path`; on any failure the temporary is removed and the old file (if any) stays as it was.
-// A full disk is named as such ("no space left on <path>"), with the errno, so that the report
-// says what to free rather than which library crashed.
+// bytes go to `<path>.tmp.<mark>` (core/temporary_mark.h) with write(2), are flushed to the disk
+// with fsync(2) and renamed over `path`; on any failure the temporary is removed and the old file
+// (if any) stays as it was. A full disk is named as such ("no space left on <path>"), with the
+// errno, so that the report says what to free rather than which library crashed.
 
 #include <string>
 

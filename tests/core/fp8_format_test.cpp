@@ -232,7 +232,7 @@ TEST(BlockwiseScaling, WeightBlocksAre128By128) {
 
 TEST(MxScaling, ScaleIsAmaxOver448RoundedUpToAPowerOfTwo) {
   EXPECT_EQ(fp8::MxScale(0.0f), 0x1p-127f);  // E8M0 0x00, as Transformer Engine stores it
-  EXPECT_EQ(fp8::MxScale(448.0f), 1.0f);  // exactly 1: already a power of two
+  EXPECT_EQ(fp8::MxScale(448.0f), 1.0f);     // exactly 1: already a power of two
   EXPECT_EQ(fp8::MxScale(449.0f), 2.0f);
   EXPECT_EQ(fp8::MxScale(1000.0f), 4.0f);      // 2.23 -> 4
   EXPECT_EQ(fp8::MxScale(1.0f), 0x1p-8f);      // 1/448 = 2^-8.8 -> 2^-8

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/display_text.h"
 #include "core/errors.h"
 #include "harness/probe_compare.h"
 #include "harness/trace_compare.h"
@@ -293,42 +294,9 @@ std::string ConsoleReport(const RunReport& report) {
 
 namespace {
 
-// `text` as XML 1.0 may carry it: a control character XML forbids (below U+0020 but tab, newline
-// and carriage return; a character reference to one is forbidden too) and a byte that is not
-// part of valid UTF-8 become the visible text "\xNN", so that no reader rejects the file.
-std::string XmlText(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  auto escape = [&out](unsigned char c) {
-    static const char kHex[] = "0123456789abcdef";
-    out += std::string("\\x") + kHex[c >> 4] + kHex[c & 0xF];
-  };
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x80) {
-      if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-        escape(c);
-      } else {
-        out += static_cast<char>(c);
-      }
-      ++i;
-      continue;
-    }
-    const size_t n = c >= 0xF0 && c < 0xF5 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
-    bool valid = n > 0 && i + n <= text.size();
-    for (size_t k = 1; valid && k < n; ++k) {
-      valid = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-    }
-    if (valid) {
-      out += text.substr(i, n);
-      i += n;
-    } else {
-      escape(c);
-      ++i;
-    }
-  }
-  return out;
-}
+// `text` as XML 1.0 may carry it (core/display_text.h): a control character XML forbids (a
+// character reference to one is forbidden too) and a byte outside valid UTF-8 become "\xNN".
+std::string XmlText(const std::string& text) { return EscapedText(text, /*keep_whitespace=*/true); }
 
 // One check as a JUnit testcase: its verdict element with the summary and details, and the first
 // divergent operations in its system-out.

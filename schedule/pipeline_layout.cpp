@@ -6,6 +6,7 @@
 #include <regex>
 #include <sstream>
 
+#include "core/display_text.h"
 #include "core/errors.h"
 
 namespace bitparity {
@@ -43,35 +44,17 @@ std::string ExpandAll(const std::string& in, const std::regex& pattern, const st
   return out + in.substr(last);
 }
 
-// The bytes of the UTF-8 character that starts at `s[i]` (1 for ASCII or a stray byte).
-size_t CharacterLength(const std::string& s, size_t i) {
-  const auto lead = static_cast<unsigned char>(s[i]);
-  size_t n = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-  if (i + n > s.size()) return 1;
-  for (size_t k = 1; k < n; ++k) {
-    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
-  }
-  return n;
-}
-
-// `s` in quotes as a message shows it: control bytes as \xNN, and a long layout cut after
+// `s` in quotes as a message shows it (core/display_text.h), a long layout cut after
 // kShownLetters letters (on a character boundary) with its length.
 constexpr size_t kShownLetters = 60;
 std::string Quoted(const std::string& s) {
-  std::string out = "\"";
-  size_t i = 0;
-  for (; i < s.size() && i < kShownLetters; i += CharacterLength(s, i)) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7F) {
-      static const char kHex[] = "0123456789abcdef";
-      out += std::string("\\x") + kHex[c >> 4] + kHex[c & 0xF];
-    } else {
-      out += s.substr(i, CharacterLength(s, i));
-    }
+  size_t shown = 0;
+  while (shown < s.size() && shown < kShownLetters) {
+    shown += std::max<size_t>(1, Utf8CharacterLength(s, shown));
   }
-  out += "\"";
-  if (i < s.size()) out.insert(out.size() - 1, "...");
-  if (i < s.size()) out += " (" + std::to_string(s.size()) + " characters)";
+  std::string out = "\"" + EscapedText(s.substr(0, shown), /*keep_whitespace=*/false) + "\"";
+  if (shown < s.size()) out.insert(out.size() - 1, "...");
+  if (shown < s.size()) out += " (" + std::to_string(s.size()) + " characters)";
   return out;
 }
 
@@ -81,9 +64,9 @@ std::string LetterName(const std::string& s, size_t i) {
   const auto c = static_cast<unsigned char>(s[i]);
   if (c >= 0x20 && c < 0x7F) return "'" + std::string(1, s[i]) + "'";
   if (c < 0x80) return Quoted(std::string(1, s[i])) + " (a control character)";
-  const size_t n = CharacterLength(s, i);
+  const size_t n = Utf8CharacterLength(s, i);
   char hex[16];
-  if (n == 1) {
+  if (n == 0) {
     std::snprintf(hex, sizeof(hex), "byte 0x%02X", static_cast<unsigned>(c));
     return std::string(hex) + " (not UTF-8)";
   }

@@ -18,6 +18,7 @@
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
+#include "trace/hdf5_file.h"
 #include "trace/trace.h"
 #include "trace/trace_hdf5.h"
 #include "trace/trace_keys.h"
@@ -30,84 +31,9 @@ using namespace trace_hdf5;  // NOLINT(build/namespaces): this file's own format
 // ---------------------------------------------------------------------------------------------
 // Writing
 
-class Writer {
+class Writer : public Hdf5FileWriter {
  public:
-  explicit Writer(std::string path) : path_(std::move(path)) {}
-
-  void Check(herr_t status, const std::string& what) const {
-    if (status < 0) throw InfrastructureError(path_ + ": HDF5 failed to " + what);
-  }
-  Hid CheckId(hid_t id, herr_t (*closer)(hid_t), const std::string& what) const {
-    if (id < 0) throw InfrastructureError(path_ + ": HDF5 failed to " + what);
-    return Hid(id, closer);
-  }
-
-  Hid StringType() const {
-    Hid type = CheckId(H5Tcopy(H5T_C_S1), H5Tclose, "create a string type");
-    Check(H5Tset_size(type.get(), H5T_VARIABLE), "size a string type");
-    Check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "set a string charset");
-    return type;
-  }
-
-  void StringAttribute(hid_t loc, const std::string& name, const std::string& value) const {
-    Hid type = StringType();
-    Hid space = CheckId(H5Screate(H5S_SCALAR), H5Sclose, "create a scalar space");
-    Hid attr =
-        CheckId(H5Acreate2(loc, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                H5Aclose, "create attribute " + name);
-    const char* data = value.c_str();
-    Check(H5Awrite(attr.get(), type.get(), &data), "write attribute " + name);
-  }
-
-  void IntAttribute(hid_t loc, const std::string& name, int64_t value) const {
-    Hid space = CheckId(H5Screate(H5S_SCALAR), H5Sclose, "create a scalar space");
-    Hid attr =
-        CheckId(H5Acreate2(loc, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                H5Aclose, "create attribute " + name);
-    Check(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), "write attribute " + name);
-  }
-
-  Hid Group(hid_t loc, const std::string& name) const {
-    return CheckId(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
-                   "create group " + name);
-  }
-
-  void Dataset(hid_t loc, const std::string& name, const std::vector<hsize_t>& dims,
-               hid_t file_type, hid_t memory_type, const void* data, bool compress = false) const {
-    Hid space = CheckId(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                        H5Sclose, "create a data space for " + name);
-    Hid create = CheckId(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "create dataset properties");
-    hsize_t count = 1;
-    for (hsize_t d : dims) count *= d;
-    if (compress && count > 0) {
-      // Byte-shuffled deflate over chunks of whole rows: lossless, a few ten percent smaller.
-      std::vector<hsize_t> chunk = dims;
-      hsize_t elements = count;
-      for (size_t d = 0; d < chunk.size() && elements > (hsize_t{1} << 18); ++d) {
-        elements /= chunk[d];
-        chunk[d] = 1;
-      }
-      Check(H5Pset_chunk(create.get(), static_cast<int>(chunk.size()), chunk.data()),
-            "chunk " + name);
-      Check(H5Pset_shuffle(create.get()), "shuffle " + name);
-      Check(H5Pset_deflate(create.get(), 4), "deflate " + name);
-    }
-    Hid set = CheckId(H5Dcreate2(loc, name.c_str(), file_type, space.get(), H5P_DEFAULT,
-                                 create.get(), H5P_DEFAULT),
-                      H5Dclose, "create dataset " + name);
-    if (count > 0) {
-      Check(H5Dwrite(set.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
-            "write dataset " + name);
-    }
-  }
-
-  void StringDataset(hid_t loc, const std::string& name,
-                     const std::vector<std::string>& values) const {
-    std::vector<const char*> pointers;
-    for (const std::string& v : values) pointers.push_back(v.c_str());
-    Hid type = StringType();
-    Dataset(loc, name, {values.size()}, type.get(), type.get(), pointers.data());
-  }
+  using Hdf5FileWriter::Hdf5FileWriter;
 
   void WriteRank(hid_t file, const RankTrace& rank) const {
     Hid group = Group(file, GroupNameForRank(rank.rank));
@@ -225,50 +151,21 @@ class Writer {
       }
     }
   }
-
-  std::string path_;
 };
 
 }  // namespace
 
 void WriteTrace(const std::string& path, const Trace& trace) {
-  QuietHdf5();
-  namespace fs = std::filesystem;
-  fs::path target(path);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    throw InfrastructureError(path + ": directory " + dir.string() + " does not exist");
-  }
-  // The file is built in memory (HDF5's core driver without a backing store) and then written by
-  // WriteFileAtomically. HDF5 itself never writes to the disk: a full disk is one failed write(2)
-  // with its errno and nothing half-written, not a failed flush inside HDF5 whose clean-up
-  // crashes the process.
-  std::string image;
-  {
-    Writer writer(path);
-    Hid access =
-        writer.CheckId(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "create file access properties");
-    writer.Check(H5Pset_fapl_core(access.get(), size_t{1} << 20, /*backing_store=*/0),
-                 "select the in-memory file driver");
-    Hid file = writer.CheckId(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()),
-                              H5Fclose, "create the file in memory");
-    writer.StringAttribute(file.get(), "schema", kTraceSchema);
-    writer.IntAttribute(file.get(), "schema_version", kTraceSchemaVersion);
+  Writer writer(path);
+  WriteHdf5FileAtomically(writer, [&](hid_t file) {
+    writer.StringAttribute(file, "schema", kTraceSchema);
+    writer.IntAttribute(file, "schema_version", kTraceSchemaVersion);
     for (const auto& [key, value] : trace.attributes) {
       if (key == "schema" || key == "schema_version") continue;
-      writer.StringAttribute(file.get(), key, value);
+      writer.StringAttribute(file, key, value);
     }
-    for (const RankTrace& rank : trace.ranks) writer.WriteRank(file.get(), rank);
-    writer.Check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "flush the file");
-    const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
-    if (size <= 0) throw InfrastructureError(path + ": HDF5 failed to size the file image");
-    image.resize(static_cast<size_t>(size));
-    if (H5Fget_file_image(file.get(), image.data(), image.size()) != size) {
-      throw InfrastructureError(path + ": HDF5 failed to copy the file image");
-    }
-  }  // every handle is closed here, each object before the file that holds it
-  WriteFileAtomically(path, image);
+    for (const RankTrace& rank : trace.ranks) writer.WriteRank(file, rank);
+  });
 }
 
 }  // namespace bitparity

@@ -58,6 +58,13 @@ int RunWorkerCommand(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag(kWorkerFlagDeterministicAlgorithms, request.deterministic_algorithms,
                "Force deterministic algorithms whatever else turns them off");
+  app.add_option(kWorkerFlagCheckpointAt, request.checkpoint_at,
+                 "Save this rank's checkpoint after these iterations (needs --checkpoint-dir)")
+      ->delimiter(',');
+  app.add_option(kWorkerFlagCheckpointDir, request.checkpoint_dir,
+                 "Folder for the checkpoints: iteration_<K>/rank_<r>.h5");
+  app.add_option(kWorkerFlagResumeFrom, request.resume_from,
+                 "Start from this checkpoint folder (iteration_<K>, rank_<r>.h5 per rank)");
   app.add_option(kWorkerFlagRecipeDigest, request.recipe_digest,
                  "Digest of the recipe text the launcher read (the rank refuses another)");
   if (std::optional<int> exit_code = Parse(app, argc, argv)) return *exit_code;

@@ -28,6 +28,7 @@
 #include "runtime/plan_command.h"
 #include "runtime/worker.h"
 #include "schedule/pipeline_schedule.h"
+#include "trace/checkpoint_file.h"
 #include "trace/trace.h"
 #include "trace/trace_keys.h"
 
@@ -175,6 +176,62 @@ int Validate(const std::string& path) {
   return kExitPass;
 }
 
+namespace {
+
+// --out of `bitparity arm`: its folder made; never a folder, an input, or a file that is not a
+// trace (a recipe, a report, anything else a typo could name), which the trace would replace.
+void CheckArmOutput(const std::string& path, const Recipe& recipe) {
+  fs::path out(path);
+  if (out.has_parent_path() && !fs::is_directory(out.parent_path())) {
+    std::error_code ec;
+    fs::create_directories(out.parent_path(), ec);
+    if (ec) throw InputError(path + ": cannot create directory " + out.parent_path().string());
+  }
+  if (fs::is_directory(out)) throw InputError(path + ": is a directory, expected a .h5 path");
+  // The trace replaces --out atomically: never a file that is an input, nor one that is not a
+  // trace (a recipe, a report, anything else a typo could name).
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    if (fs::equivalent(out, recipe.path, ec)) {
+      throw InputError("--out " + path + " is the recipe " + recipe.path +
+                       "; refusing to replace an input with a trace");
+    }
+    try {
+      ReadTraceIsolated(path, /*require_complete=*/false);
+    } catch (const std::exception&) {
+      throw InputError("--out " + path +
+                       " exists and is not a bitparity trace; refusing to overwrite it (remove it "
+                       "or name another file)");
+    }
+  }
+}
+
+// The checkpoint options of `bitparity arm` into the ranks' request, as absolute paths (the
+// ranks may start in another folder). Every rank's checkpoint file is read in a child process
+// first: a damaged one is bad input naming it, not a rank that HDF5 crashed.
+void RequestCheckpoints(const ArmOptions& o, const Recipe& recipe, WorkerRequest* request) {
+  if (!o.checkpoint_at.empty() && o.checkpoint_dir.empty()) {
+    throw InputError("--checkpoint-at needs --checkpoint-dir");
+  }
+  request->checkpoint_at = o.checkpoint_at;
+  if (!o.checkpoint_dir.empty()) {
+    request->checkpoint_dir = fs::absolute(o.checkpoint_dir).string();
+  }
+  if (!o.resume_from.empty()) {
+    std::error_code ec;
+    if (!fs::is_directory(o.resume_from, ec)) {
+      throw InputError("--resume-from " + o.resume_from +
+                       ": not a checkpoint folder (iteration_<K>/ holding rank_<r>.h5)");
+    }
+    request->resume_from = fs::absolute(o.resume_from).string();
+    for (int64_t rank = 0; rank < recipe.world_size(); ++rank) {
+      CheckCheckpointIsolated((fs::path(o.resume_from) / CheckpointFileName(rank)).string());
+    }
+  }
+}
+
+}  // namespace
+
 int RunArm(const ArmOptions& o, const std::string& command_line) {
   Recipe recipe = LoadRecipe(o.recipe);
   for (const std::string& warning : CheckResources(recipe, LocalMachine())) {
@@ -191,30 +248,7 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
     arm_name = recipe.arms[0].name;
   }
   recipe.arm(arm_name);  // InputError if unknown
-  fs::path out(o.out);
-  if (out.has_parent_path() && !fs::is_directory(out.parent_path())) {
-    std::error_code ec;
-    fs::create_directories(out.parent_path(), ec);
-    if (ec) throw InputError(o.out + ": cannot create directory " + out.parent_path().string());
-  }
-  if (fs::is_directory(out)) throw InputError(o.out + ": is a directory, expected a .h5 path");
-  // The trace replaces --out atomically: never a file that is an input, nor one that is not a
-  // trace (a recipe, a report, anything else a typo could name).
-  std::error_code ec;
-  if (fs::exists(out, ec)) {
-    if (fs::equivalent(out, recipe.path, ec)) {
-      throw InputError("--out " + o.out + " is the recipe " + recipe.path +
-                       "; refusing to replace an input with a trace");
-    }
-    try {
-      ReadTraceIsolated(o.out, /*require_complete=*/false);
-    } catch (const std::exception&) {
-      throw InputError("--out " + o.out +
-                       " exists and is not a bitparity trace; refusing to overwrite it (remove it "
-                       "or name another file)");
-    }
-  }
-
+  CheckArmOutput(o.out, recipe);
   LaunchOptions launch;
   launch.executable = SelfExecutable();
   launch.worker.recipe_path = recipe.path;
@@ -227,6 +261,7 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
   launch.trace_attributes[trace_keys::kCommandLine] = command_line;
   launch.worker.memory_timeline = o.memory_timeline;
   launch.worker.probes = o.probes;
+  RequestCheckpoints(o, recipe, &launch.worker);
   if (!o.quiet) {
     launch.on_progress = [](const ProgressEvent& e) {
       std::printf("  iteration %lld/%lld  loss %.6f  %.3f s\n", static_cast<long long>(e.iteration),

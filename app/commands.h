@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace bitparity {
 
@@ -25,6 +26,11 @@ struct ArmOptions {
   bool quiet = false;
   bool memory_timeline = false;
   bool probes = false;
+  // Restart replay (runtime/checkpoint.h): save after these iterations into
+  // <checkpoint_dir>/iteration_<K>/; start from the checkpoint folder resume_from.
+  std::vector<int64_t> checkpoint_at;
+  std::string checkpoint_dir;
+  std::string resume_from;
 };
 int RunArm(const ArmOptions& options, const std::string& command_line);
 

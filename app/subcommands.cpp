@@ -183,6 +183,16 @@ class ArmSubcommand : public Subcommand {
     arm->add_flag("--probes", options_.probes,
                   "Record node probes ([trace] probes = \"nodes\"): a digest of every schedule "
                   "operation's outputs and input gradients");
+    arm->add_option("--checkpoint-at", options_.checkpoint_at,
+                    "Save every rank's checkpoint after these iterations (comma-separated; needs "
+                    "--checkpoint-dir)")
+        ->delimiter(',');
+    arm->add_option("--checkpoint-dir", options_.checkpoint_dir,
+                    "Folder for the checkpoints: iteration_<K>/rank_<r>.h5 (HDF5, "
+                    "docs/checkpoint-format.md)");
+    arm->add_option("--resume-from", options_.resume_from,
+                    "Start from this checkpoint folder (an iteration_<K>/ of --checkpoint-dir) and "
+                    "train the iterations after it");
     arm->footer(kExitCodesHelp);
     return arm;
   }

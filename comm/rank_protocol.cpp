@@ -66,6 +66,17 @@ std::vector<std::string> WorkerArguments(const WorkerRequest& request) {
     args.insert(args.end(), {kWorkerFlagThreads, std::to_string(request.threads)});
   }
   if (request.deterministic_algorithms) args.push_back(kWorkerFlagDeterministicAlgorithms);
+  if (!request.checkpoint_at.empty()) {
+    std::string list;
+    for (int64_t it : request.checkpoint_at) list += (list.empty() ? "" : ",") + std::to_string(it);
+    args.insert(args.end(), {kWorkerFlagCheckpointAt, list});
+  }
+  if (!request.checkpoint_dir.empty()) {
+    args.insert(args.end(), {kWorkerFlagCheckpointDir, request.checkpoint_dir});
+  }
+  if (!request.resume_from.empty()) {
+    args.insert(args.end(), {kWorkerFlagResumeFrom, request.resume_from});
+  }
   if (!request.recipe_digest.empty()) {
     args.insert(args.end(), {kWorkerFlagRecipeDigest, request.recipe_digest});
   }

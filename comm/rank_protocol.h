@@ -29,6 +29,9 @@ inline constexpr char kWorkerFlagProbes[] = "--probes";
 inline constexpr char kWorkerFlagRecipeDigest[] = "--recipe-digest";
 inline constexpr char kWorkerFlagThreads[] = "--threads";
 inline constexpr char kWorkerFlagDeterministicAlgorithms[] = "--deterministic-algorithms";
+inline constexpr char kWorkerFlagCheckpointAt[] = "--checkpoint-at";
+inline constexpr char kWorkerFlagCheckpointDir[] = "--checkpoint-dir";
+inline constexpr char kWorkerFlagResumeFrom[] = "--resume-from";
 
 // Variables the harness sets for a rank (the world's own, RANK, WORLD_SIZE, MASTER_ADDR, ..., are
 // torchrun's and Slurm's; see comm/rank_context.h).
@@ -62,6 +65,12 @@ struct WorkerRequest {
   // whatever else in the rank turns them off.
   int64_t threads = 0;
   bool deterministic_algorithms = false;
+  // Restart replay (runtime/checkpoint.h): save this rank's checkpoint after each of these
+  // iterations into CheckpointFolder(checkpoint_dir, K); start from the checkpoint folder
+  // `resume_from` (rank_<r>.h5 per rank) instead of from the initial weights.
+  std::vector<int64_t> checkpoint_at;
+  std::string checkpoint_dir;
+  std::string resume_from;
 };
 
 // The arguments that start a rank process for `request`, after the executable:

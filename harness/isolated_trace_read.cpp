@@ -8,32 +8,39 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 
 #include "core/errors.h"
+#include "trace/checkpoint_file.h"
 
 namespace bitparity {
+namespace {
 
-Trace ReadTraceIsolated(const std::string& path, bool require_complete, double timeout_seconds) {
+// Runs `read` (a reader of `path`, a `what`, that throws InputError for an unusable file) in a
+// child process; returns when the child read the file without complaint.
+void ReadInChild(const std::string& path, const std::string& what,
+                 const std::function<void()>& read, double timeout_seconds) {
   int pipe_fds[2];
   if (::pipe(pipe_fds) != 0) {
-    throw InfrastructureError(path +
-                              ": cannot make a pipe to check the trace: " + std::strerror(errno));
+    throw InfrastructureError(path + ": cannot make a pipe to check the " + what + ": " +
+                              std::strerror(errno));
   }
   std::fflush(nullptr);
   const pid_t child = ::fork();
   if (child < 0) {
     ::close(pipe_fds[0]);
     ::close(pipe_fds[1]);
-    throw InfrastructureError(path + ": cannot fork to check the trace: " + std::strerror(errno));
+    throw InfrastructureError(path + ": cannot fork to check the " + what + ": " +
+                              std::strerror(errno));
   }
   if (child == 0) {
     ::close(pipe_fds[0]);
     int code = 0;
     std::string message;
     try {
-      ReadTrace(path, require_complete);
+      read();
     } catch (const InputError& e) {
       code = kExitBadInput;
       message = e.what();
@@ -61,25 +68,35 @@ Trace ReadTraceIsolated(const std::string& path, bool require_complete, double t
     if (std::chrono::steady_clock::now() > deadline) {
       ::kill(child, SIGKILL);
       ::waitpid(child, &status, 0);
-      throw InputError(path +
-                       ": not a usable trace: the HDF5 library did not finish reading it "
-                       "in " +
-                       std::to_string(static_cast<int>(timeout_seconds)) +
-                       " s; the file is corrupt or crafted");
+      throw InputError(
+          path + ": not a usable " + what + ": the HDF5 library did not finish reading it in " +
+          std::to_string(static_cast<int>(timeout_seconds)) + " s; the file is corrupt or crafted");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   if (WIFSIGNALED(status)) {
-    throw InputError(path + ": not a usable trace: the HDF5 library crashed reading it (" +
+    throw InputError(path + ": not a usable " + what + ": the HDF5 library crashed reading it (" +
                      strsignal(WTERMSIG(status)) + "); the file is corrupt or crafted");
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : kExitInfrastructure;
   if (code == kExitBadInput) throw InputError(message);
   if (code != 0) {
-    throw InfrastructureError(path + ": reading the trace failed: " +
+    throw InfrastructureError(path + ": reading the " + what + " failed: " +
                               (message.empty() ? "exit " + std::to_string(code) : message));
   }
+}
+
+}  // namespace
+
+Trace ReadTraceIsolated(const std::string& path, bool require_complete, double timeout_seconds) {
+  ReadInChild(
+      path, "trace", [&] { ReadTrace(path, require_complete); }, timeout_seconds);
   return ReadTrace(path, require_complete);
+}
+
+void CheckCheckpointIsolated(const std::string& path, double timeout_seconds) {
+  ReadInChild(
+      path, "checkpoint", [&] { ReadCheckpoint(path); }, timeout_seconds);
 }
 
 }  // namespace bitparity

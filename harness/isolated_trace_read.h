@@ -15,6 +15,11 @@ namespace bitparity {
 Trace ReadTraceIsolated(const std::string& path, bool require_complete = true,
                         double timeout_seconds = 120);
 
+// The same defence for a checkpoint file a user hands `bitparity arm --resume-from`: read in a
+// child process, it is usable (returns) or bad input naming it (InputError), before any rank
+// process opens it.
+void CheckCheckpointIsolated(const std::string& path, double timeout_seconds = 120);
+
 }  // namespace bitparity
 
 #endif  // BITPARITY_HARNESS_ISOLATED_TRACE_READ_H_

@@ -124,6 +124,10 @@ InjectedBugs ParseInjectedBugs(const std::string& text) {
       {"thread_order_reduction", &bugs.runtime.thread_order_reduction},
       {"nondeterministic_kernel", &bugs.runtime.nondeterministic_kernel},
       {"pipeline_one_lane", &bugs.runtime.pipeline_one_lane},
+      {"checkpoint_drops_optimizer_steps", &bugs.runtime.checkpoint_drops_optimizer_steps},
+      {"checkpoint_drops_lr_position", &bugs.runtime.checkpoint_drops_lr_position},
+      {"checkpoint_resets_data_position", &bugs.runtime.checkpoint_resets_data_position},
+      {"checkpoint_masters_in_training_dtype", &bugs.runtime.checkpoint_masters_in_training_dtype},
       {"composite_rms_norm", &bugs.model.composite_rms_norm},
       {"aux_loss_in_objective", &bugs.model.aux_loss_in_objective},
   };

@@ -15,7 +15,8 @@
 //       mtp_post_outside_segment, flush_per_backward_call, mhc_bridge_from_chunk_state,
 //       synchronous_all_to_all, segment_not_released, composite_rms_norm,
 //       aux_loss_in_objective, thread_order_reduction, nondeterministic_kernel,
-//       pipeline_one_lane.
+//       pipeline_one_lane, checkpoint_drops_optimizer_steps, checkpoint_drops_lr_position,
+//       checkpoint_resets_data_position, checkpoint_masters_in_training_dtype.
 // They are parsed here and nowhere else; the rank process reads them once, at its start.
 
 #include <cstdint>

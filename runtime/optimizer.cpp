@@ -16,24 +16,23 @@ AdamOptimizer::AdamOptimizer(const TrainConfig& config, ParameterStore* params)
   }
 }
 
-double AdamOptimizer::LearningRate(int64_t iteration) const {
-  if (config_.warmup_iterations > 0 && iteration <= config_.warmup_iterations) {
-    return config_.lr * static_cast<double>(iteration) /
-           static_cast<double>(config_.warmup_iterations);
+double AdamOptimizer::LearningRate(int64_t step) const {
+  if (config_.warmup_iterations > 0 && step <= config_.warmup_iterations) {
+    return config_.lr * static_cast<double>(step) / static_cast<double>(config_.warmup_iterations);
   }
   if (config_.lr_schedule == LrSchedule::kConstant) return config_.lr;
   const int64_t decay = config_.iterations - config_.warmup_iterations;
   if (decay <= 0) return config_.lr;
-  double progress = static_cast<double>(iteration - config_.warmup_iterations) / decay;
+  double progress = static_cast<double>(step - config_.warmup_iterations) / decay;
   double cosine = 0.5 * (1.0 + std::cos(M_PI * std::min(progress, 1.0)));
   return config_.min_lr + (config_.lr - config_.min_lr) * cosine;
 }
 
-void AdamOptimizer::Step(int64_t iteration, double lr) {
+void AdamOptimizer::Step(int64_t step, double lr) {
   torch::NoGradGuard no_grad;
   const double b1 = config_.adam_beta1, b2 = config_.adam_beta2;
-  const double bias1 = 1.0 - std::pow(b1, static_cast<double>(iteration));
-  const double bias2 = 1.0 - std::pow(b2, static_cast<double>(iteration));
+  const double bias1 = 1.0 - std::pow(b1, static_cast<double>(step));
+  const double bias2 = 1.0 - std::pow(b2, static_cast<double>(step));
   std::vector<Parameter>& all = params_->all();
   for (size_t i = 0; i < all.size(); ++i) {
     at::Tensor& master = all[i].master;

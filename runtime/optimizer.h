@@ -18,12 +18,17 @@ class AdamOptimizer {
  public:
   AdamOptimizer(const TrainConfig& config, ParameterStore* params);
 
-  // The learning rate of 1-based `iteration`: linear warmup, then constant or cosine decay to
-  // min_lr at the last iteration.
-  double LearningRate(int64_t iteration) const;
+  // The learning rate at 1-based schedule step `step`: linear warmup, then constant or cosine
+  // decay to min_lr at the last iteration.
+  double LearningRate(int64_t step) const;
 
-  // One update of every master from its main grad, then the compute weights are refreshed.
-  void Step(int64_t iteration, double learning_rate);
+  // Update number `step` (1-based: its bias correction) of every master from its main grad, then
+  // the compute weights are refreshed.
+  void Step(int64_t step, double learning_rate);
+
+  // Adam's moments, one per parameter in the store's order (a checkpoint saves and restores them).
+  std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
+  std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
 
  private:
   TrainConfig config_;

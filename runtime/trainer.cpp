@@ -106,7 +106,14 @@ RankTrace Trainer::DescribeRank() const {
   return rank;
 }
 
-std::vector<ChunkState> Trainer::MakeMicrobatches(int64_t iteration) const {
+std::vector<uint64_t> Trainer::MasterDigests() const {
+  std::vector<uint64_t> digests;
+  for (const Parameter& p : model_->parameters().all()) digests.push_back(TensorDigest(p.master));
+  return digests;
+}
+
+std::vector<ChunkState> Trainer::MakeMicrobatches(int64_t iteration, int64_t batch) const {
+  if (batch == 0) batch = iteration;
   const int64_t b = recipe_.train.micro_batch;
   const int64_t s = recipe_.model.seq_len;
   const int64_t per_rank = recipe_.global_batch_per_rank();
@@ -125,10 +132,10 @@ std::vector<ChunkState> Trainer::MakeMicrobatches(int64_t iteration) const {
     auto mask = loss_mask.accessor<float, 2>();
     for (int64_t j = 0; j < b; ++j) {
       const int64_t sample = layout_.dp_rank * per_rank + m * b + j;
-      std::vector<int64_t> tokens = corpus_.Sample(iteration, sample, s + 1);
+      std::vector<int64_t> tokens = corpus_.Sample(batch, sample, s + 1);
       // A padded sample: its tokens, then id, label and position 0, no loss, a padded key.
       const int64_t length =
-          padded ? corpus_.SampleLength(iteration, sample, recipe_.data.min_length, s) : s;
+          padded ? corpus_.SampleLength(batch, sample, recipe_.data.min_length, s) : s;
       for (int64_t t = 0; t < length; ++t) {
         id[j][t] = tokens[static_cast<size_t>(t)];
         label[j][t] = tokens[static_cast<size_t>(t + 1)];
@@ -346,6 +353,11 @@ void Trainer::RecordReplayCensus(int64_t iteration, int64_t start_bytes) {
 }
 
 IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>* dumps) {
+  if (iteration != position_.iteration + 1) {
+    throw InfrastructureError("rank " + std::to_string(layout_.rank) + " was asked for iteration " +
+                              std::to_string(iteration) + " after " +
+                              std::to_string(position_.iteration) + " iterations");
+  }
   const auto start = std::chrono::steady_clock::now();
   ParameterStore& params = model_->parameters();
   MemoryTracker::ResetPeak();
@@ -360,7 +372,7 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   FlopCount flops;
   {
     FlopCounter counter;
-    std::vector<ChunkState> microbatches = MakeMicrobatches(iteration);
+    std::vector<ChunkState> microbatches = MakeMicrobatches(iteration, position_.data_batches + 1);
     losses = engine_->RunIteration(microbatches);
     flops = counter.Take();
   }
@@ -373,7 +385,12 @@ IterationRecord Trainer::RunIteration(int64_t iteration, std::vector<TensorDump>
   record.iteration = iteration;
   RecordFlopsAndComm(flops, &record);
   RecordGradients(&record, dumps);
-  ClipAndStep(iteration, &record);
+  ClipAndStep(&record);
+  position_.iteration = iteration;
+  ++position_.data_batches;
+  record.optimizer_steps = position_.optimizer_steps;
+  record.lr_steps = position_.lr_steps;
+  record.data_batches = position_.data_batches;
   RecordLosses(losses, &record);
   record.peak_bytes = MemoryTracker::peak_bytes();
   record.end_bytes = MemoryTracker::current_bytes();
@@ -425,7 +442,7 @@ void Trainer::RecordGradients(IterationRecord* record, std::vector<TensorDump>* 
 
 // The gradient norm before clipping, the clipped main grads, the step at the iteration's learning
 // rate, and every master parameter's digest after it.
-void Trainer::ClipAndStep(int64_t iteration, IterationRecord* record) {
+void Trainer::ClipAndStep(IterationRecord* record) {
   ParameterStore& params = model_->parameters();
   record->grad_norm = GlobalGradNorm();
   const double clip = recipe_.train.clip_grad;
@@ -435,12 +452,12 @@ void Trainer::ClipAndStep(int64_t iteration, IterationRecord* record) {
       for (Parameter& p : params.all()) p.main_grad.mul_(coefficient);
     }
   }
-  record->learning_rate = optimizer_->LearningRate(iteration);
+  record->learning_rate = optimizer_->LearningRate(++position_.lr_steps);
   MemoryTimeline::Mark("gradient reduction and norm");
-  optimizer_->Step(iteration, record->learning_rate);
+  optimizer_->Step(++position_.optimizer_steps, record->learning_rate);
   MemoryTimeline::Mark("optimizer step");
   const auto record_start = std::chrono::steady_clock::now();
-  for (const Parameter& p : params.all()) record->param_digests.push_back(TensorDigest(p.master));
+  record->param_digests = MasterDigests();
   record->record_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - record_start).count();
 }

@@ -21,6 +21,7 @@
 #include "runtime/injected_bugs.h"
 #include "runtime/memory_model.h"
 #include "runtime/optimizer.h"
+#include "trace/checkpoint_file.h"
 #include "trace/trace.h"
 
 namespace bitparity {
@@ -44,8 +45,15 @@ class Trainer {
           std::shared_ptr<Communicator> comm, const InjectedBugs& bugs = InjectedBugs());
   ~Trainer();
 
-  // Runs 1-based `iteration` and returns its record (grad dumps go to `dumps` if non-null).
+  // Runs 1-based `iteration`, the one after position().iteration, and returns its record (grad
+  // dumps go to `dumps` if non-null). Its batch, learning rate and Adam step are the next ones of
+  // the position's counters, which it advances.
   IterationRecord RunIteration(int64_t iteration, std::vector<TensorDump>* dumps);
+
+  // Where training stands: iterations, optimizer steps, LR schedule steps and batches done. A
+  // resumed trainer is handed its checkpoint's (runtime/checkpoint.h).
+  const TrainingPosition& position() const { return position_; }
+  void set_position(const TrainingPosition& position) { position_ = position; }
 
   void set_perturbation(const GradPerturbation& p) { perturbation_ = p; }
 
@@ -55,13 +63,21 @@ class Trainer {
   void set_replay_levels(std::vector<ReplayLevel> levels) { replay_levels_ = std::move(levels); }
   std::vector<ReplayCensusSample> TakeReplayCensus() { return std::move(replay_census_); }
 
+  // Every fp32 master's digest, in the parameters' order (an iteration's param_digest record).
+  std::vector<uint64_t> MasterDigests() const;
+
   // The static part of this rank's trace: parameter names and shapes.
   RankTrace DescribeRank() const;
 
-  // This rank's microbatches of 1-based `iteration`.
-  std::vector<ChunkState> MakeMicrobatches(int64_t iteration) const;
+  // This rank's microbatches of 1-based `iteration`, drawn from global batch `batch` (1-based;
+  // the iteration's own when 0).
+  std::vector<ChunkState> MakeMicrobatches(int64_t iteration, int64_t batch = 0) const;
 
   GptModel& model() { return *model_; }
+  AdamOptimizer& optimizer() { return *optimizer_; }
+  const Recipe& recipe() const { return recipe_; }
+  const ArmConfig& arm() const { return arm_; }
+  const ParallelLayout& layout() const { return layout_; }
   Engine& engine() { return *engine_; }
   const std::vector<std::string>& warnings() const { return warnings_; }
 
@@ -80,7 +96,7 @@ class Trainer {
   // digests after it; the loss terms, gathered over the pipeline and the EP group.
   void RecordFlopsAndComm(const FlopCount& flops, IterationRecord* record);
   void RecordGradients(IterationRecord* record, std::vector<TensorDump>* dumps);
-  void ClipAndStep(int64_t iteration, IterationRecord* record);
+  void ClipAndStep(IterationRecord* record);
   void RecordLosses(const std::vector<MicrobatchLosses>& losses, IterationRecord* record);
 
   const Recipe& recipe_;
@@ -93,6 +109,7 @@ class Trainer {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<AdamOptimizer> optimizer_;
   MarkovCorpus corpus_;
+  TrainingPosition position_;
   GradPerturbation perturbation_;
   std::vector<std::string> warnings_;
   RuntimeBugs runtime_bugs_;

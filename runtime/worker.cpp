@@ -22,6 +22,7 @@
 #include "numerics/determinism.h"
 #include "numerics/gemm_throughput.h"
 #include "numerics/provenance.h"
+#include "runtime/checkpoint.h"
 #include "runtime/debug_switches.h"
 #include "runtime/memory_model.h"
 #include "runtime/trainer.h"
@@ -54,6 +55,15 @@ Recipe LoadRequestedRecipe(const WorkerRequest& request) {
                        " is outside [1, " + std::to_string(recipe.train.iterations) + "]");
     }
     recipe.trace.dump_grads_at.push_back(it);
+  }
+  for (int64_t it : request.checkpoint_at) {
+    if (it < 1 || it > recipe.train.iterations) {
+      throw InputError(std::string(kWorkerFlagCheckpointAt) + " " + std::to_string(it) +
+                       " is outside [1, " + std::to_string(recipe.train.iterations) + "]");
+    }
+  }
+  if (!request.checkpoint_at.empty() && request.checkpoint_dir.empty()) {
+    throw InputError(std::string(kWorkerFlagCheckpointAt) + " needs " + kWorkerFlagCheckpointDir);
   }
   return recipe;
 }
@@ -110,12 +120,15 @@ std::map<std::string, std::string> ModelAttributes(Trainer& trainer, const Recip
   return attributes;
 }
 
-// Trains `iterations` iterations into `rank`'s records (rank 0 prints a progress line each),
-// then takes the memory timeline, node probes, census and schedule timeline they recorded.
-void Train(Trainer& trainer, const Recipe& recipe, int64_t iterations, const RankContext& context,
-           const FaultPlan& fault, RankTrace* rank) {
+// Trains from the trainer's position through iteration `iterations` into `rank`'s records (rank 0
+// prints a progress line each), saving the checkpoints the request asks for, then takes the
+// memory timeline, node probes, census and schedule timeline they recorded.
+void Train(Trainer& trainer, const Recipe& recipe, int64_t iterations, const WorkerRequest& request,
+           const RankContext& context, const DebugSwitches& switches, RankTrace* rank) {
   const auto& dump_at = recipe.trace.dump_grads_at;
-  for (int64_t it = 1; it <= iterations; ++it) {
+  const auto& checkpoint_at = request.checkpoint_at;
+  const FaultPlan& fault = switches.fault;
+  for (int64_t it = trainer.position().iteration + 1; it <= iterations; ++it) {
     MaybeInjectFault(fault, context.rank, it);
     std::vector<TensorDump> dumps;
     const bool dump = std::find(dump_at.begin(), dump_at.end(), it) != dump_at.end();
@@ -134,6 +147,9 @@ void Train(Trainer& trainer, const Recipe& recipe, int64_t iterations, const Ran
       std::fflush(stdout);
     }
     rank->iterations.push_back(std::move(record));
+    if (std::find(checkpoint_at.begin(), checkpoint_at.end(), it) != checkpoint_at.end()) {
+      SaveCheckpoint(trainer, request.checkpoint_dir, switches.bugs.runtime);
+    }
   }
   rank->memory_timeline = MemoryTimeline::Take();
   rank->probes = NodeProbes::Take();
@@ -230,9 +246,22 @@ int Run(const WorkerRequest& request) {
   const int64_t iterations = request.stop_after > 0
                                  ? std::min(request.stop_after, recipe.train.iterations)
                                  : recipe.train.iterations;
-  // After the memory probe, whose passes are not the training's.
+  // After the memory probe, whose passes are not the training's, as in the run it resumes.
+  if (!request.resume_from.empty()) {
+    ResumeFromCheckpoint(request.resume_from, &trainer);
+    rank.attributes[trace_keys::kResumedFrom] = request.resume_from;
+    rank.attributes[trace_keys::kResumedAfterIteration] =
+        std::to_string(trainer.position().iteration);
+    std::string digests;
+    for (uint64_t digest : trainer.MasterDigests()) {
+      char hex[24];
+      std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(digest));
+      digests += (digests.empty() ? "" : ",") + std::string(hex);
+    }
+    rank.attributes[trace_keys::kResumedParameterDigests] = digests;
+  }
   NodeProbes::Enable(request.probes || recipe.trace.node_probes);
-  Train(trainer, recipe, iterations, context, switches.fault, &rank);
+  Train(trainer, recipe, iterations, request, context, switches, &rank);
   Trace trace;
   trace.attributes = RunAttributes(recipe, arm, layout, *comm, trainer.warnings());
   trace.ranks.push_back(std::move(rank));

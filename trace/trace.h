@@ -49,6 +49,11 @@ struct IterationRecord {
   int64_t gemm_flops_expert = 0;
   int64_t gemm_flops_head = 0;
   int64_t gemm_flops_other = 0;
+  // Where training stands after the iteration (trace/checkpoint_file.h's TrainingPosition; the
+  // restart-replay check compares a resumed run's with the uninterrupted run's).
+  int64_t optimizer_steps = 0;
+  int64_t lr_steps = 0;
+  int64_t data_batches = 0;
   std::vector<uint64_t> grad_digests;   // XXH3-64 of each parameter's fp32 main grad
   std::vector<uint64_t> param_digests;  // XXH3-64 of each fp32 master parameter after the step
 };

@@ -133,6 +133,9 @@ constexpr IterationColumn kIterationColumns[] = {
     {"gemm_flops_expert", &IterationRecord::gemm_flops_expert, true},
     {"gemm_flops_head", &IterationRecord::gemm_flops_head, true},
     {"gemm_flops_other", &IterationRecord::gemm_flops_other, true},
+    {"optimizer_steps", &IterationRecord::optimizer_steps, true},
+    {"lr_steps", &IterationRecord::lr_steps, true},
+    {"data_batches", &IterationRecord::data_batches, true},
 };
 
 // One column of a table section (a group with one dataset per column, a row per element): its

@@ -34,8 +34,14 @@ inline constexpr char kGoldenCreatedUtc[] = "golden.created_utc";
 inline constexpr char kGoldenCommandLine[] = "golden.command_line";
 
 // Rank attributes.
-inline constexpr char kPid[] = "pid";                       // the rank process's pid
-inline constexpr char kRankSource[] = "rank_source";        // launcher | torchrun | slurm
+inline constexpr char kPid[] = "pid";                 // the rank process's pid
+inline constexpr char kRankSource[] = "rank_source";  // launcher | torchrun | slurm
+// A resumed rank (runtime/checkpoint.h): the checkpoint folder it started from, and the
+// iteration that checkpoint was saved after; its records begin with the next one.
+inline constexpr char kResumedFrom[] = "resumed_from";
+inline constexpr char kResumedAfterIteration[] = "resumed_after_iteration";
+// The restored fp32 masters' digests as param_digest records them, "0x%016x" joined by ",".
+inline constexpr char kResumedParameterDigests[] = "resumed_parameter_digests";
 inline constexpr char kProvenancePrefix[] = "provenance.";  // numerics/provenance.h, one per fact
 inline constexpr char kProvenanceGitRevision[] = "provenance.git_revision";
 // The memory model's prediction (runtime/memory_model.h), when the recipe gates on it.

@@ -29,6 +29,7 @@ Trace MakeTrace(int64_t ranks, int64_t iterations) {
       rec.peak_bytes = 1000 + it;
       rec.end_bytes = 100;
       rec.step_seconds = 0.5;
+      rec.optimizer_steps = rec.lr_steps = rec.data_batches = it;
       std::vector<TensorDump> dumps;
       for (size_t p = 0; p < 2; ++p) {
         TensorDump d;

@@ -153,6 +153,18 @@ void ValidateShapes(const Recipe& recipe, Diagnostics* diag) {
     diag->Add("[train]", "min_lr must be <= lr (" + std::to_string(t.lr) + "), got " +
                              std::to_string(t.min_lr));
   }
+  for (int64_t it : t.checkpoint_at) {
+    if (it >= t.iterations) {
+      diag->Add("[train]", "checkpoint_at entries must be < iterations (" +
+                               std::to_string(t.iterations) +
+                               ": a resume needs an iteration "
+                               "left to train), got " +
+                               std::to_string(it));
+    }
+  }
+  if (t.resume_across_arms && t.checkpoint_at.empty()) {
+    diag->Add("[train]", "resume_across_arms needs checkpoint_at");
+  }
   for (int64_t it : recipe.trace.dump_grads_at) {
     if (it > t.iterations) {
       diag->Add("[trace]", "dump_grads_at entries must be <= [train] iterations (" +

@@ -121,6 +121,11 @@ struct TrainConfig {
   double adam_eps = 1e-8;
   double weight_decay = 0.0;
   double clip_grad = 1.0;  // global gradient-norm clipping; 0 turns it off
+  // Restart replay: run 1 of every arm saves a checkpoint after each of these iterations (sorted,
+  // each < iterations), and a run resumed from each must equal run 1 from there on; with
+  // resume_across_arms, every other arm also resumes from the baseline's checkpoint.
+  std::vector<int64_t> checkpoint_at;
+  bool resume_across_arms = false;
 };
 
 struct PrecisionConfig {

@@ -143,7 +143,20 @@ const KeyTable<TrainConfig>& TrainKeys() {
           .Float("adam_eps", &T::adam_eps, 0.0, 1.0, "Adam's epsilon", /*min_exclusive=*/true)
           .Float("weight_decay", &T::weight_decay, 0.0, 10.0, "decoupled weight decay")
           .Float("clip_grad", &T::clip_grad, 0.0, kMaxDouble,
-                 "global gradient-norm clipping; 0 turns it off");
+                 "global gradient-norm clipping; 0 turns it off")
+          .Custom("checkpoint_at", "array of integers >= 1", "[]",
+                  "restart replay: run 1 of each arm saves a checkpoint after these iterations "
+                  "(< iterations), and a run resumed from each must equal it from there on",
+                  [](TableReader& r, T* t) {
+                    t->checkpoint_at = r.IntList("checkpoint_at", 1, kMaxInt);
+                    std::sort(t->checkpoint_at.begin(), t->checkpoint_at.end());
+                    t->checkpoint_at.erase(
+                        std::unique(t->checkpoint_at.begin(), t->checkpoint_at.end()),
+                        t->checkpoint_at.end());
+                  })
+          .Bool("resume_across_arms", &T::resume_across_arms,
+                "with checkpoint_at: every other arm also resumes from the baseline's checkpoint "
+                "and must equal its own run 1");
   return keys;
 }
 

@@ -103,6 +103,12 @@ class KeyTable {
         });
   }
 
+  KeyTable& Bool(const char* key, bool Config::*member, const char* doc) {
+    return Add(
+        key, "true | false", [member](const Config& c) { return c.*member ? "true" : "false"; },
+        doc, [=](TableReader& r, Config* c) { c->*member = r.Bool(key, c->*member); });
+  }
+
   KeyTable& String(const char* key, std::string Config::*member, const char* doc) {
     return Add(
         key, "string", [member](const Config& c) { return Quoted((c.*member).c_str()); }, doc,

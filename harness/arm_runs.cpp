@@ -8,6 +8,8 @@
 
 #include "comm/rank_protocol.h"
 #include "core/errors.h"
+#include "harness/restart_replay.h"
+#include "trace/checkpoint_file.h"
 #include "trace/trace_keys.h"
 
 namespace bitparity {
@@ -111,61 +113,113 @@ LaunchOptions ArmRuns::Launch(const std::string& arm, const std::string& trace,
 std::optional<RunsStopped> ArmRuns::RunAll(const std::vector<std::string>& arms) {
   iterations_total_ =
       static_cast<int64_t>(arms.size()) * options_.repeats * recipe_.train.iterations;
+  const std::vector<PlannedResume> resumes = PlanResumes(recipe_, arms);
+  for (const PlannedResume& resume : resumes) {
+    iterations_total_ += recipe_.train.iterations - resume.after_iteration;
+  }
   iterations_done_ = 0;
   start_ = Clock::now();
   for (const std::string& arm : arms) {
     for (int64_t k = 1; k <= options_.repeats; ++k) {
-      if (InterruptSignal() != 0) {  // between two runs
-        RunsStopped stopped;
-        stopped.signal = InterruptSignal();
-        stopped.reason = "interrupted by " + SignalName(stopped.signal);
-        return stopped;
-      }
+      if (std::optional<RunsStopped> stopped = InterruptedBetweenRuns()) return stopped;
       if (std::optional<RunsStopped> stopped = RunOne(arm, k)) return stopped;
     }
+  }
+  for (const PlannedResume& resume : resumes) {
+    if (std::optional<RunsStopped> stopped = InterruptedBetweenRuns()) return stopped;
+    if (std::optional<RunsStopped> stopped = RunResume(resume)) return stopped;
   }
   return std::nullopt;
 }
 
-void ArmRuns::PrintProgress(const std::string& arm, int64_t index, const ProgressEvent& event) {
+std::optional<RunsStopped> ArmRuns::InterruptedBetweenRuns() const {
+  if (InterruptSignal() == 0) return std::nullopt;
+  RunsStopped stopped;
+  stopped.signal = InterruptSignal();
+  stopped.reason = "interrupted by " + SignalName(stopped.signal);
+  return stopped;
+}
+
+void ArmRuns::PrintProgress(const std::string& arm, const std::string& run,
+                            const ProgressEvent& event) {
   ++iterations_done_;
   const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
   const double eta = elapsed / static_cast<double>(iterations_done_) *
                      static_cast<double>(iterations_total_ - iterations_done_);
   char line[256];
   std::snprintf(line, sizeof(line),
-                "  %-12s run %lld/%lld  iteration %lld/%lld  loss %.6f  elapsed %.1f s"
-                "  remaining ~%.0f s",
-                arm.c_str(), static_cast<long long>(index),
-                static_cast<long long>(options_.repeats), static_cast<long long>(event.iteration),
+                "  %-12s %s  iteration %lld/%lld  loss %.6f  elapsed %.1f s  remaining ~%.0f s",
+                arm.c_str(), run.c_str(), static_cast<long long>(event.iteration),
                 static_cast<long long>(event.iterations), event.loss, elapsed, eta);
   // On a terminal the run's line is rewritten in place ("\r", then clear to its end).
   console_ << (options_.terminal ? "\r" : "") << line << (options_.terminal ? "\x1b[K" : "\n")
            << std::flush;
 }
 
+std::string ArmRuns::CheckpointsOf(const std::string& arm) const {
+  return fs::absolute(fs::path(out_dir_) / arm / "run1" / "checkpoints").string();
+}
+
 std::optional<RunsStopped> ArmRuns::RunOne(const std::string& arm, int64_t index) {
   ArmRun run;
   run.arm = arm;
   run.index = index;
+  run.environment = EnvironmentFor(arm, index);
   const fs::path dir = fs::path(out_dir_) / arm / ("run" + std::to_string(index));
+  run.trace_path = (dir / "trace.h5").string();
+  LaunchOptions launch = Launch(arm, run.trace_path, run.environment);
+  if (index == 1 && SavesCheckpoints(recipe_, arm)) {
+    launch.worker.checkpoint_at = recipe_.train.checkpoint_at;
+    launch.worker.checkpoint_dir = CheckpointsOf(arm);
+  }
+  const std::string label = "run " + std::to_string(index) + "/" + std::to_string(options_.repeats);
+  std::optional<RunsStopped> stopped = Launched(launch, label, std::to_string(index), &run);
+  if (stopped) return stopped;
+  // A run ends with all its iterations counted, whatever rank 0 printed.
+  const int64_t iterations = recipe_.train.iterations;
+  iterations_done_ = (iterations_done_ + iterations - 1) / iterations * iterations;
+  runs_[arm].push_back(std::move(run));
+  return std::nullopt;
+}
+
+std::optional<RunsStopped> ArmRuns::RunResume(const PlannedResume& resume) {
+  ResumedRun resumed;
+  resumed.plan = resume;
+  ArmRun& run = resumed.run;
+  run.arm = resume.arm;
+  run.index = 0;
+  run.environment = runs_.at(resume.source).front().environment;
+  run.trace_path = (fs::path(out_dir_) / ResumeFolder(resume) / "trace.h5").string();
+  LaunchOptions launch = Launch(resume.arm, run.trace_path, run.environment);
+  launch.worker.resume_from =
+      CheckpointFolder(CheckpointsOf(resume.source), resume.after_iteration);
+  const std::string label = "resume@" + std::to_string(resume.after_iteration) +
+                            (resume.source == resume.arm ? "" : " from " + resume.source);
+  std::optional<RunsStopped> stopped = Launched(launch, label, label, &run);
+  if (!stopped) resumes_.push_back(std::move(resumed));
+  return stopped;
+}
+
+// Runs `launch` for `run` (its trace and seconds filled in); the runs' stop when it did not
+// finish, its error check named "<arm> run <name>".
+std::optional<RunsStopped> ArmRuns::Launched(LaunchOptions launch, const std::string& label,
+                                             const std::string& name, ArmRun* run) {
   std::error_code ec;
+  const fs::path dir = fs::path(run->trace_path).parent_path();
   fs::create_directories(dir, ec);
   if (ec) {
     throw InfrastructureError(dir.string() +
                               ": cannot create the run's output directory: " + ec.message());
   }
-  run.trace_path = (dir / "trace.h5").string();
-  run.environment = EnvironmentFor(arm, index);
-  LaunchOptions launch = Launch(arm, run.trace_path, run.environment);
+  const std::string arm = run->arm;
   if (!options_.quiet) {
-    launch.on_progress = [this, arm, index](const ProgressEvent& e) {
-      PrintProgress(arm, index, e);
+    launch.on_progress = [this, arm, label](const ProgressEvent& e) {
+      PrintProgress(arm, label, e);
     };
   }
   LaunchResult result = LaunchArm(launch);
   if (options_.terminal && !options_.quiet) console_ << "\n" << std::flush;  // keep its line
-  run.seconds = result.seconds;
+  run->seconds = result.seconds;
   if (result.exit_code == kExitBadInput) throw InputError(result.failure);
   if (result.exit_code != kExitPass) {
     RunsStopped stopped;
@@ -174,7 +228,7 @@ std::optional<RunsStopped> ArmRuns::RunOne(const std::string& arm, int64_t index
     CheckResult error;
     error.kind = CheckKind::kRun;
     error.arm = arm;
-    error.name = CheckName(CheckKind::kRun, arm, std::to_string(index));
+    error.name = CheckName(CheckKind::kRun, arm, name);
     error.verdict = Verdict::kError;
     error.summary = FirstLine(result.failure);
     error.details =
@@ -183,12 +237,18 @@ std::optional<RunsStopped> ArmRuns::RunOne(const std::string& arm, int64_t index
     stopped.failed_run = std::move(error);
     return stopped;
   }
-  run.trace = std::move(result.trace);
-  // A run ends with all its iterations counted, whatever rank 0 printed.
-  const int64_t iterations = recipe_.train.iterations;
-  iterations_done_ = (iterations_done_ + iterations - 1) / iterations * iterations;
-  runs_[arm].push_back(std::move(run));
+  run->trace = std::move(result.trace);
   return std::nullopt;
+}
+
+const Trace* ArmRuns::ResumedTrace(const PlannedResume& resume) const {
+  for (const ResumedRun& r : resumes_) {
+    if (r.plan.arm == resume.arm && r.plan.source == resume.source &&
+        r.plan.after_iteration == resume.after_iteration) {
+      return &*r.run.trace;
+    }
+  }
+  return nullptr;
 }
 
 std::optional<Trace> ArmRuns::Rerun(const ComparedRun& ref, int64_t iteration,

@@ -3,10 +3,12 @@
 
 // The training runs of one `bitparity run`: every selected arm `repeats` times, each a process
 // group (harness/launcher.h) writing <out>/<arm>/run<k>/trace.h5, with a progress line per
-// iteration; and the reruns the checks ask for afterwards: up to an iteration with gradient
-// dumps and node probes (<out>/localize/<label>, out of a shared budget, each asked once), and
-// pairs of reruns with one factor changed (<out>/attribute/<arm>/<label>/run<k>). A rerun runs
-// with the environment of the run it repeats, developer perturbations included.
+// iteration (run 1 saving the recipe's checkpoints, <out>/<arm>/run1/checkpoints/); then the
+// runs resumed from those checkpoints (harness/restart_replay.h); and the reruns the checks ask for
+// afterwards: up to an iteration with gradient dumps and node probes (<out>/localize/<label>, out
+// of a shared budget, each asked once), and pairs of reruns with one factor changed
+// (<out>/attribute/<arm>/<label>/run<k>). A rerun runs with the environment of the run it repeats,
+// developer perturbations included.
 
 #include <chrono>
 #include <cstdint>
@@ -21,6 +23,7 @@
 #include "harness/checks.h"
 #include "harness/launcher.h"
 #include "harness/localizer.h"
+#include "harness/restart_replay.h"
 #include "harness/run_command.h"
 #include "trace/trace.h"
 
@@ -74,6 +77,8 @@ class ArmRuns {
   const Trace& TraceOf(const std::string& arm, int64_t index) const;
   std::vector<const Trace*> TracesOf(const std::string& arm) const;
   const std::vector<Perturbation>& perturbations() const { return perturbations_; }
+  // The trace of a resumed run RunAll made, or nullptr.
+  const Trace* ResumedTrace(const PlannedResume& resume) const;
 
   // Run `ref` again up to `iteration` with full gradient dumps there and node probes; nullopt
   // when it failed or the localizing budget is spent. Reruns of one run and iteration are shared.
@@ -89,8 +94,19 @@ class ArmRuns {
   LaunchOptions Launch(const std::string& arm, const std::string& trace,
                        const Environment& env) const;
   Environment EnvironmentFor(const std::string& arm, int64_t index) const;
+  std::optional<RunsStopped> InterruptedBetweenRuns() const;
   std::optional<RunsStopped> RunOne(const std::string& arm, int64_t index);
-  void PrintProgress(const std::string& arm, int64_t index, const ProgressEvent& event);
+  std::optional<RunsStopped> RunResume(const PlannedResume& resume);
+  std::optional<RunsStopped> Launched(LaunchOptions launch, const std::string& label,
+                                      const std::string& name, ArmRun* run);
+  // The absolute folder run 1 of `arm` saves its checkpoints into.
+  std::string CheckpointsOf(const std::string& arm) const;
+  void PrintProgress(const std::string& arm, const std::string& run, const ProgressEvent& event);
+
+  struct ResumedRun {
+    PlannedResume plan;
+    ArmRun run;
+  };
 
   const Recipe& recipe_;
   const RunOptions& options_;
@@ -99,6 +115,7 @@ class ArmRuns {
   bool probes_;
   std::ostream& console_;
   std::map<std::string, std::vector<ArmRun>> runs_;
+  std::vector<ResumedRun> resumes_;
   std::map<std::string, Trace> reruns_;  // the localizer's, by "arm/run@iteration"
   int64_t localize_budget_ = 0;          // shared by every rerun that names a difference
   int64_t iterations_done_ = 0;          // over every run, for the progress line's estimate

@@ -4,6 +4,8 @@
 #include <initializer_list>
 #include <utility>
 
+#include "harness/restart_replay.h"
+
 namespace bitparity {
 namespace {
 
@@ -48,6 +50,29 @@ class Planner {
     }
     for (const std::string& arm : arms_) {
       if (TakesCensus(recipe_.arm(arm))) Add(CheckKind::kCensus, arm);
+    }
+  }
+
+  // Restart replay (harness/restart_replay.h): each arm against its own checkpoints, then each
+  // other arm against the baseline's.
+  void PlanResumeChecks() {
+    if (recipe_.train.checkpoint_at.empty()) return;
+    const std::string external = "an external arm's program saves no checkpoints";
+    for (const std::string& arm : arms_) {
+      Add(CheckKind::kResumes, arm, arm).skip_reason =
+          SavesCheckpoints(recipe_, arm) ? "" : external;
+    }
+    if (!recipe_.train.resume_across_arms) return;
+    for (const std::string& arm : arms_) {
+      if (arm == baseline_) continue;
+      PlannedCheck& check = Add(CheckKind::kResumes, arm, baseline_);
+      check.skip_reason = NotRun({baseline_});
+      if (check.skip_reason.empty() && !SavesCheckpoints(recipe_, baseline_)) {
+        check.skip_reason = "the baseline is external: " + external;
+      }
+      if (check.skip_reason.empty() && !SavesCheckpoints(recipe_, arm)) {
+        check.skip_reason = "an external arm's program resumes from no checkpoint";
+      }
     }
   }
 
@@ -106,6 +131,7 @@ std::vector<PlannedCheck> PlanChecks(const Recipe& recipe, const std::vector<std
                                      const CheckPlanOptions& options) {
   Planner planner(recipe, arms);
   planner.PlanArmChecks(options);
+  planner.PlanResumeChecks();
   planner.PlanAgainstBaseline();
   planner.PlanMemoryAndOverlap();
   planner.PlanGoldens();

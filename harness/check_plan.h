@@ -6,7 +6,9 @@
 // them when the runs could not finish (so that an interrupted run lists the same testcases as
 // a complete one), and to find the runs a failure is localized on. The order is the reports':
 //   each arm reproduces itself; its replays equal their first pass (with node probes); its
-//   recompute census (the overlap engine under full recompute); every other arm against the
+//   recompute census (the overlap engine under full recompute); it resumes bit-identically
+//   ([train] checkpoint_at; from the baseline's checkpoints too with resume_across_arms); every
+//   other arm against the
 //   baseline (loss, gradients, parameters); peak memory against the model ([compare]
 //   memory_model); the memory bounds; the overlap bounds; the golden and the golden memory.
 // A check that cannot run with these arms or repeats is planned skipped, with the reason.

@@ -38,6 +38,7 @@ constexpr EnumName<CheckKind> kCheckKindNames[] = {{CheckKind::kReproduces, "rep
                                                    {CheckKind::kCensus, "census"},
                                                    {CheckKind::kGolden, "golden"},
                                                    {CheckKind::kGoldenMemory, "golden_memory"},
+                                                   {CheckKind::kResumes, "resumes"},
                                                    {CheckKind::kRun, "run"},
                                                    {CheckKind::kCell, "cell"}};
 
@@ -79,6 +80,9 @@ std::string CheckName(CheckKind kind, const std::string& arm, const std::string&
       return "golden: " + arm;
     case CheckKind::kGoldenMemory:
       return "golden memory: " + arm;
+    case CheckKind::kResumes:
+      return arm + " resumes bit-identically" +
+             (other.empty() || other == arm ? std::string() : " from " + other);
     case CheckKind::kRun:
       return arm + " run " + other;
     case CheckKind::kCell:

@@ -40,6 +40,7 @@ enum class CheckKind {
   kCensus,        // the activations live at each segment replay against the memory model
   kGolden,        // the baseline vs its golden
   kGoldenMemory,  // the baseline's peak memory vs its golden's
+  kResumes,       // runs resumed from run 1's checkpoints vs run 1 (restart replay)
   kRun,           // one run of an arm could not finish (an infrastructure fault)
   kCell,          // a matrix cell that could not run
 };
@@ -51,9 +52,11 @@ const char* ToString(CheckKind kind);
 //   kReplay     "<arm>: replays equal first pass" kOverlap    "<arm>: all-to-all hidden"
 //   kCensus     "<arm>: recompute census"         kGolden      "golden: <arm>"
 //   kRun        "<arm> run <other>"               kGoldenMemory "golden memory: <arm>"
-//   kCell       "cell"
-// `other` is the baseline (cross-arm checks), the bounding arm (kMemory) or the run's number
-// (kRun); the other kinds ignore it.
+//   kCell       "cell"                            kResumes     "<arm> resumes bit-identically"
+//                                                   (from another arm's checkpoint: + " from
+//                                                   <other>")
+// `other` is the baseline (cross-arm checks), the bounding arm (kMemory), the run's number (kRun)
+// or the arm whose checkpoints are resumed (kResumes, when not `arm`); the other kinds ignore it.
 std::string CheckName(CheckKind kind, const std::string& arm, const std::string& other = "");
 
 struct CheckResult {

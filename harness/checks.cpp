@@ -36,25 +36,6 @@ bool Within(double a, double b, uint64_t ulps, const Tolerance& t) {
   return false;
 }
 
-// Applies a bitwise comparison to `result`.
-void FromComparison(const TraceComparison& c, CheckResult* result, const std::string& what) {
-  result->compared_records = c.compared_records;
-  result->differing_records = c.differing_records;
-  result->figures["compared_records"] = c.compared_records;
-  result->figures["differing_records"] = c.differing_records;
-  if (c.identical) {
-    result->summary = "bit-identical: " + std::to_string(c.compared_records) + " " + what;
-    return;
-  }
-  result->verdict = Verdict::kFail;
-  result->difference = c.first;
-  result->summary = "first difference at " + c.first->Describe();
-  std::ostringstream details;
-  details << c.differing_records << " of " << c.compared_records << " records differ; first at "
-          << c.first->Describe() << "\n";
-  result->details = details.str();
-}
-
 // Compares one scalar field over every iteration and rank; returns false at the first violation.
 template <typename Get>
 bool CompareScalar(const Trace& a, const Trace& b, const std::string& field, Get get,
@@ -94,6 +75,24 @@ bool SameShape(const Trace& a, const Trace& b, CheckResult* result) {
 }
 
 }  // namespace
+
+void FromComparison(const TraceComparison& c, CheckResult* result, const std::string& what) {
+  result->compared_records = c.compared_records;
+  result->differing_records = c.differing_records;
+  result->figures["compared_records"] = c.compared_records;
+  result->figures["differing_records"] = c.differing_records;
+  if (c.identical) {
+    result->summary = "bit-identical: " + std::to_string(c.compared_records) + " " + what;
+    return;
+  }
+  result->verdict = Verdict::kFail;
+  result->difference = c.first;
+  result->summary = "first difference at " + c.first->Describe();
+  std::ostringstream details;
+  details << c.differing_records << " of " << c.compared_records << " records differ; first at "
+          << c.first->Describe() << "\n";
+  result->details = details.str();
+}
 
 void AddFirstDivergentOperations(const Trace& a, const Trace& b, bool across_arms,
                                  CheckResult* result) {
@@ -505,12 +504,16 @@ CheckResult CheckGolden(const std::string& arm, const Trace& run, const Trace* g
     return result;
   }
   // The settings count, not the text: a comment or a reformatting changes no bit, and neither do
-  // the checks a recipe asks for ([compare]) nor what its traces record ([trace]).
+  // the checks a recipe asks for ([compare], and restart replay's checkpoints, which run 1 saves
+  // and run 2 does not, held equal by "reproduces itself") nor what its traces record ([trace]).
+  constexpr const char* kSettingsOfNoBit[] = {"compare.", "trace.",
+                                              "train.checkpoint_at:", "train.resume_across_arms:"};
   std::vector<std::string> changes;
   for (std::string& change : RecipeSettingChanges(golden->attribute(trace_keys::kRecipe),
                                                   run.attribute(trace_keys::kRecipe))) {
-    if (change.rfind("compare.", 0) == 0 || change.rfind("trace.", 0) == 0) continue;
-    changes.push_back(std::move(change));
+    const bool of_no_bit = std::any_of(std::begin(kSettingsOfNoBit), std::end(kSettingsOfNoBit),
+                                       [&](const char* p) { return change.rfind(p, 0) == 0; });
+    if (!of_no_bit) changes.push_back(std::move(change));
   }
   if (!changes.empty()) {
     result.verdict = Verdict::kFail;

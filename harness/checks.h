@@ -18,6 +18,10 @@
 
 namespace bitparity {
 
+// A bitwise comparison's outcome into `result`: the compared and differing record counts, a pass
+// ("bit-identical: N <what>") or the first difference.
+void FromComparison(const TraceComparison& c, CheckResult* result, const std::string& what);
+
 // Every record of every iteration and rank bit-identical between the runs (memory and time are
 // not compared).
 CheckResult CheckReproduces(const std::string& arm, const std::vector<const Trace*>& runs);

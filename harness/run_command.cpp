@@ -31,6 +31,7 @@
 #include "harness/output_lock.h"
 #include "harness/report.h"
 #include "harness/resources.h"
+#include "harness/restart_replay.h"
 #include "harness/trace_compare.h"
 #include "numerics/determinism.h"
 #include "trace/trace.h"
@@ -259,6 +260,9 @@ class RecipeRun {
         output_->CreateFolder(arm + "/run" + std::to_string(k), "the run's output directory");
       }
     }
+    for (const PlannedResume& resume : PlanResumes(recipe_, arms_)) {
+      output_->CreateFolder(ResumeFolder(resume), "the resumed run's output directory");
+    }
   }
 
   // The golden for this fingerprint, read before any training so that an unusable one is
@@ -326,6 +330,8 @@ class RecipeRun {
         return Record(CheckReplays(p.arm, runs_->TracesOf(p.arm)), p.compares);
       case CheckKind::kCensus:
         return Record(CheckRecomputeCensus(p.arm, runs_->TracesOf(p.arm)), p.compares);
+      case CheckKind::kResumes:
+        return Record(CheckResumesOf(p), p.compares);
       case CheckKind::kLoss:
         return RecordAcrossArms(
             p, CheckLosses(p.arm, First(p.arm), p.other, First(p.other), policy.loss));
@@ -357,6 +363,19 @@ class RecipeRun {
   }
 
   const Trace& First(const std::string& arm) const { return runs_->TraceOf(arm, 1); }
+
+  CheckResult CheckResumesOf(const PlannedCheck& p) const {
+    std::vector<std::pair<int64_t, const Trace*>> resumed;
+    for (int64_t k : recipe_.train.checkpoint_at) {
+      const Trace* trace = runs_->ResumedTrace({p.arm, p.other, k});
+      if (trace == nullptr) {
+        throw std::logic_error("the check plan holds " + p.name + ", whose resumed run after " +
+                               "iteration " + std::to_string(k) + " did not run");
+      }
+      resumed.emplace_back(k, trace);
+    }
+    return CheckResumes(p.arm, p.other, First(p.arm), resumed);
+  }
 
   // A cross-arm check; when it fails, the first operation where the two runs' probes differ.
   void RecordAcrossArms(const PlannedCheck& planned, CheckResult check) {

@@ -49,7 +49,9 @@ TEST(RunCommand, DefaultRecipePassesEndToEnd) {
   auto junit = ReadJunit(junit_path);
   for (const char* name :
        {"reference reproduces itself", "overlap reproduces itself", "overlap vs reference: loss",
-        "overlap vs reference: gradients", "overlap vs reference: parameters"}) {
+        "overlap vs reference: gradients", "overlap vs reference: parameters",
+        "reference resumes bit-identically", "overlap resumes bit-identically",
+        "overlap resumes bit-identically from reference"}) {
     ASSERT_TRUE(junit->cases.count(name)) << name;
     EXPECT_EQ(junit->cases[name].first, "pass") << name;
   }

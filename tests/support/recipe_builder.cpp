@@ -47,6 +47,12 @@ RecipeBuilder& RecipeBuilder::Set(const std::string& key, const std::string& val
   return *this;
 }
 
+RecipeBuilder& RecipeBuilder::Set(const std::string& key, bool value) {
+  std::string leaf;
+  TableOf(key, &leaf).insert_or_assign(leaf, value);
+  return *this;
+}
+
 RecipeBuilder& RecipeBuilder::SetList(const std::string& key, const std::vector<int64_t>& values) {
   toml::array list;
   for (int64_t v : values) list.push_back(v);

@@ -34,6 +34,7 @@ class RecipeBuilder {
   RecipeBuilder& Set(const std::string& key, int64_t value);
   RecipeBuilder& Set(const std::string& key, int value) { return Set(key, int64_t{value}); }
   RecipeBuilder& Set(const std::string& key, double value);
+  RecipeBuilder& Set(const std::string& key, bool value);
   RecipeBuilder& Set(const std::string& key, const std::string& value);
   RecipeBuilder& Set(const std::string& key, const char* value) {
     return Set(key, std::string(value));

@@ -13,6 +13,7 @@
 
 #include "harness/probe_compare.h"
 #include "tests/support/recipe_builder.h"
+#include "tests/support/report_json.h"
 #include "tests/support/test_support.h"
 #include "trace/trace.h"
 
@@ -31,14 +32,7 @@ std::string RecipeToml() {
       .Text();
 }
 
-const nlohmann::json& CheckNamed(const nlohmann::json& report, const std::string& name) {
-  for (const nlohmann::json& c : report["checks"]) {
-    if (c["name"] == name) return c;
-  }
-  static const nlohmann::json none;
-  ADD_FAILURE() << "no check '" << name << "' in " << report.dump(2);
-  return none;
-}
+using testing::CheckNamed;
 
 class NodeProbesRun : public ::testing::Test {
  protected:

@@ -15,6 +15,7 @@
 
 #include "config/recipe.h"
 #include "tests/support/recipe_builder.h"
+#include "tests/support/report_json.h"
 #include "tests/support/test_support.h"
 #include "trace/checkpoint_file.h"
 #include "trace/trace.h"
@@ -45,14 +46,7 @@ testing::RecipeBuilder Recipe(bool reference_only = false) {
   return builder;
 }
 
-const nlohmann::json& CheckNamed(const nlohmann::json& report, const std::string& name) {
-  for (const nlohmann::json& c : report["checks"]) {
-    if (c["name"] == name) return c;
-  }
-  static const nlohmann::json none;
-  ADD_FAILURE() << "no check '" << name << "' in " << report.dump(2);
-  return none;
-}
+using testing::CheckNamed;
 
 class RestartReplay : public ::testing::Test {
  protected:

@@ -33,6 +33,10 @@
 namespace bitparity {
 namespace {
 
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 std::string RecomputeSummary(const RecomputeConfig& r) {
   if (!r.full()) return "none";
   if (r.unit == RecomputeUnit::kChunk) return "full/chunk";
@@ -148,7 +152,13 @@ void Train(Trainer& trainer, const Recipe& recipe, int64_t iterations, const Wor
     }
     rank->iterations.push_back(std::move(record));
     if (std::find(checkpoint_at.begin(), checkpoint_at.end(), it) != checkpoint_at.end()) {
-      SaveCheckpoint(trainer, request.checkpoint_dir, switches.bugs.runtime);
+      const auto start = std::chrono::steady_clock::now();
+      const std::string path =
+          SaveCheckpoint(trainer, request.checkpoint_dir, switches.bugs.runtime);
+      std::printf("checkpoint after iteration %lld: %s, %.2f MiB in %.3f s\n",
+                  static_cast<long long>(it), path.c_str(),
+                  std::filesystem::file_size(path) / 1048576.0, SecondsSince(start));
+      std::fflush(stdout);
     }
   }
   rank->memory_timeline = MemoryTimeline::Take();
@@ -163,6 +173,26 @@ void Train(Trainer& trainer, const Recipe& recipe, int64_t iterations, const Wor
       e.end_ns -= first;
     }
   }
+}
+
+// Restores the trainer from the checkpoint folder `folder` and records where it resumed (the
+// restored masters' digests too, for the restart-replay check), printing how long it took.
+void Resume(const std::string& folder, Trainer* trainer, RankTrace* rank) {
+  const auto start = std::chrono::steady_clock::now();
+  ResumeFromCheckpoint(folder, trainer);
+  const int64_t after = trainer->position().iteration;
+  rank->attributes[trace_keys::kResumedFrom] = folder;
+  rank->attributes[trace_keys::kResumedAfterIteration] = std::to_string(after);
+  std::string digests;
+  for (uint64_t digest : trainer->MasterDigests()) {
+    char hex[24];
+    std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(digest));
+    digests += (digests.empty() ? "" : ",") + std::string(hex);
+  }
+  rank->attributes[trace_keys::kResumedParameterDigests] = digests;
+  std::printf("resumed after iteration %lld from %s in %.3f s\n", static_cast<long long>(after),
+              folder.c_str(), SecondsSince(start));
+  std::fflush(stdout);
 }
 
 // The trace-wide attributes of a rank's part: the recipe, the arm, the world and what shaped it.
@@ -247,19 +277,7 @@ int Run(const WorkerRequest& request) {
                                  ? std::min(request.stop_after, recipe.train.iterations)
                                  : recipe.train.iterations;
   // After the memory probe, whose passes are not the training's, as in the run it resumes.
-  if (!request.resume_from.empty()) {
-    ResumeFromCheckpoint(request.resume_from, &trainer);
-    rank.attributes[trace_keys::kResumedFrom] = request.resume_from;
-    rank.attributes[trace_keys::kResumedAfterIteration] =
-        std::to_string(trainer.position().iteration);
-    std::string digests;
-    for (uint64_t digest : trainer.MasterDigests()) {
-      char hex[24];
-      std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(digest));
-      digests += (digests.empty() ? "" : ",") + std::string(hex);
-    }
-    rank.attributes[trace_keys::kResumedParameterDigests] = digests;
-  }
+  if (!request.resume_from.empty()) Resume(request.resume_from, &trainer, &rank);
   NodeProbes::Enable(request.probes || recipe.trace.node_probes);
   Train(trainer, recipe, iterations, request, context, switches, &rank);
   Trace trace;

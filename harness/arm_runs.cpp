@@ -188,7 +188,7 @@ std::optional<RunsStopped> ArmRuns::RunResume(const PlannedResume& resume) {
   ArmRun& run = resumed.run;
   run.arm = resume.arm;
   run.index = 0;
-  run.environment = runs_.at(resume.source).front().environment;
+  run.environment = runs_.at(resume.arm).front().environment;  // the run it must equal
   run.trace_path = (fs::path(out_dir_) / ResumeFolder(resume) / "trace.h5").string();
   LaunchOptions launch = Launch(resume.arm, run.trace_path, run.environment);
   launch.worker.resume_from =

@@ -19,6 +19,9 @@ std::string DescribeWriteError(const std::string& path, const std::string& doing
   if (error_number == ENOSPC || error_number == EDQUOT) {
     return "no space left on " + path + " (" + errno_text + ")";
   }
+  if (error_number == EFBIG) {  // the process's file-size limit (ulimit -f), SIGXFSZ ignored
+    return "file size limit reached writing " + path + " (" + errno_text + "; raise `ulimit -f`)";
+  }
   return path + ": " + doing + ": " + errno_text;
 }
 

@@ -14,7 +14,9 @@ namespace bitparity {
 
 // Writes `bytes` to `path` atomically (see above). InfrastructureError naming `path`, what failed
 // and the errno when the file system refuses: a full disk or quota is "no space left on <path>
-// (errno 28: No space left on device)".
+// (errno 28: No space left on device)"; a write beyond the process's file-size limit (`ulimit -f`;
+// bitparity ignores SIGXFSZ, so the write fails with EFBIG instead of killing the process) is
+// "file size limit reached writing <path> (errno 27: File too large; raise `ulimit -f`)".
 void WriteFileAtomically(const std::string& path, const std::string& bytes);
 
 // "<path>: <doing>: <strerror> (errno N)", or "no space left on <path> (errno N: ...)" for

@@ -171,5 +171,66 @@ TEST_F(FullDiskTest, MergeKeepsThePreviousTraceWhenTheNewOneDoesNotFit) {
   ExpectOnlyWholeFiles(copy);
 }
 
+// Runs `command` (a shell command line; $BITPARITY is the binary) under a file-size limit of
+// `kib` KiB (`ulimit -f`).
+testing::CommandResult RunUnderFileSizeLimit(int kib, const std::string& command,
+                                             const std::string& log) {
+  ProcessOptions process;
+  process.executable = "bash";
+  process.arguments = {"-c", "ulimit -f " + std::to_string(kib) + " || exit 99\n" + command};
+  process.set_environment["BITPARITY"] = testing::BitparityBinary();
+  process.output_path = log;
+  testing::CommandResult result;
+  result.exit_code = RunProcess(process);
+  result.output = testing::ReadFile(log);
+  return result;
+}
+
+// A file-size limit is a full disk by another name: the write that crosses it fails (EFBIG, not
+// SIGXFSZ killing the process), exit 3 names the file, an older file stays as it was and no
+// temporary is left; in `run`, the rank whose part crossed it is named.
+TEST(FileSizeLimit, MergeAndRunNameTheFileExitThreeAndLeaveOnlyWholeFiles) {
+  testing::TempDir dir;
+  const Trace whole = testing::MakeTrace(2, 300);
+  fs::create_directories(dir.File("parts"));
+  for (int64_t r = 0; r < 2; ++r) {
+    Trace part;
+    part.attributes = {{trace_keys::kRecipe, "synthetic"},
+                       {trace_keys::kArm, "reference"},
+                       {trace_keys::kWorldSize, "2"}};
+    part.ranks.push_back(whole.ranks[static_cast<size_t>(r)]);
+    WriteTrace(dir.File("parts/" + RankPartFileName(r)), part);
+  }
+  ASSERT_GT(fs::file_size(dir.File("parts/" + RankPartFileName(0))), 64u * 1024);
+  fs::create_directories(dir.File("out"));
+  WriteTrace(dir.File("out/merged.h5"), testing::MakeTrace(1, 2));
+  const std::string previous = testing::ReadFile(dir.File("out/merged.h5"));
+  const testing::CommandResult merge = RunUnderFileSizeLimit(
+      64,
+      "\"$BITPARITY\" merge '" + dir.File("parts") + "' --out '" + dir.File("out/merged.h5") + "'",
+      dir.File("merge.log"));
+  EXPECT_EQ(merge.exit_code, 3) << merge.output;
+  EXPECT_NE(merge.output.find("file size limit reached writing " + dir.File("out/merged.h5") +
+                              " (errno 27: File too large; raise `ulimit -f`)"),
+            std::string::npos)
+      << merge.output;
+  EXPECT_EQ(merge.output.find("signal"), std::string::npos) << merge.output;
+  EXPECT_EQ(testing::ReadFile(dir.File("out/merged.h5")), previous);
+  ExpectOnlyWholeFiles(dir.File("out"));
+
+  const std::string recipe = dir.Write("small.toml", RecipeToml());
+  const testing::CommandResult run =
+      RunUnderFileSizeLimit(64,
+                            "\"$BITPARITY\" run '" + recipe + "' --out '" + dir.File("run") +
+                                "' --arms reference --repeats 1 --no-golden --quiet",
+                            dir.File("run.log"));
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_NE(run.output.find("file size limit reached writing " + dir.File("run")),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("File size limit exceeded"), std::string::npos) << run.output;
+  ExpectOnlyWholeFiles(dir.File("run"));
+}
+
 }  // namespace
 }  // namespace bitparity

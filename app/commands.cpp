@@ -213,6 +213,13 @@ void RequestCheckpoints(const ArmOptions& o, const Recipe& recipe, WorkerRequest
   if (!o.checkpoint_at.empty() && o.checkpoint_dir.empty()) {
     throw InputError("--checkpoint-at needs --checkpoint-dir");
   }
+  for (int64_t it : o.checkpoint_at) {  // a resume needs an iteration left to train
+    if (it < 1 || it >= recipe.train.iterations) {
+      throw InputError("--checkpoint-at " + std::to_string(it) + " is outside [1, " +
+                       std::to_string(recipe.train.iterations - 1) + "] (" + recipe.path +
+                       " trains " + std::to_string(recipe.train.iterations) + " iterations)");
+    }
+  }
   request->checkpoint_at = o.checkpoint_at;
   if (!o.checkpoint_dir.empty()) {
     request->checkpoint_dir = fs::absolute(o.checkpoint_dir).string();

@@ -155,8 +155,8 @@ const KeyTable<TrainConfig>& TrainKeys() {
                         t->checkpoint_at.end());
                   })
           .Bool("resume_across_arms", &T::resume_across_arms,
-                "with checkpoint_at: every other arm also resumes from the baseline's checkpoint "
-                "and must equal its own run 1");
+                "with checkpoint_at: every other arm of the baseline's precision also resumes from "
+                "the baseline's checkpoint and must equal its own run 1");
   return keys;
 }
 

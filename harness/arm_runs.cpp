@@ -195,15 +195,17 @@ std::optional<RunsStopped> ArmRuns::RunResume(const PlannedResume& resume) {
       CheckpointFolder(CheckpointsOf(resume.source), resume.after_iteration);
   const std::string label = "resume@" + std::to_string(resume.after_iteration) +
                             (resume.source == resume.arm ? "" : " from " + resume.source);
-  std::optional<RunsStopped> stopped = Launched(launch, label, label, &run);
+  std::optional<RunsStopped> stopped = Launched(launch, label, label, &run, /*own_input=*/true);
   if (!stopped) resumes_.push_back(std::move(resumed));
   return stopped;
 }
 
 // Runs `launch` for `run` (its trace and seconds filled in); the runs' stop when it did not
-// finish, its error check named "<arm> run <name>".
+// finish, its error check named "<arm> run <name>". A rank's bad input is the user's (rethrown as
+// InputError) unless `own_input`: a resumed run reads the checkpoint this command wrote, so a
+// rank that refuses it is a failed run.
 std::optional<RunsStopped> ArmRuns::Launched(LaunchOptions launch, const std::string& label,
-                                             const std::string& name, ArmRun* run) {
+                                             const std::string& name, ArmRun* run, bool own_input) {
   std::error_code ec;
   const fs::path dir = fs::path(run->trace_path).parent_path();
   fs::create_directories(dir, ec);
@@ -220,7 +222,7 @@ std::optional<RunsStopped> ArmRuns::Launched(LaunchOptions launch, const std::st
   LaunchResult result = LaunchArm(launch);
   if (options_.terminal && !options_.quiet) console_ << "\n" << std::flush;  // keep its line
   run->seconds = result.seconds;
-  if (result.exit_code == kExitBadInput) throw InputError(result.failure);
+  if (result.exit_code == kExitBadInput && !own_input) throw InputError(result.failure);
   if (result.exit_code != kExitPass) {
     RunsStopped stopped;
     stopped.signal = result.exit_code > 128 ? result.exit_code - 128 : 0;

@@ -98,7 +98,7 @@ class ArmRuns {
   std::optional<RunsStopped> RunOne(const std::string& arm, int64_t index);
   std::optional<RunsStopped> RunResume(const PlannedResume& resume);
   std::optional<RunsStopped> Launched(LaunchOptions launch, const std::string& label,
-                                      const std::string& name, ArmRun* run);
+                                      const std::string& name, ArmRun* run, bool own_input = false);
   // The absolute folder run 1 of `arm` saves its checkpoints into.
   std::string CheckpointsOf(const std::string& arm) const;
   void PrintProgress(const std::string& arm, const std::string& run, const ProgressEvent& event);

@@ -67,12 +67,7 @@ class Planner {
       if (arm == baseline_) continue;
       PlannedCheck& check = Add(CheckKind::kResumes, arm, baseline_);
       check.skip_reason = NotRun({baseline_});
-      if (check.skip_reason.empty() && !SavesCheckpoints(recipe_, baseline_)) {
-        check.skip_reason = "the baseline is external: " + external;
-      }
-      if (check.skip_reason.empty() && !SavesCheckpoints(recipe_, arm)) {
-        check.skip_reason = "an external arm's program resumes from no checkpoint";
-      }
+      if (check.skip_reason.empty()) check.skip_reason = CrossArmResumeProblem(recipe_, arm);
     }
   }
 

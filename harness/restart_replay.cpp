@@ -74,13 +74,26 @@ bool SameRanks(const Trace& straight, const Trace& resumed, int64_t after, Check
   return true;
 }
 
-// The masters each rank restored equal run 1's after iteration `after`.
-bool SameMasters(const Trace& straight, const Trace& resumed, int64_t after, CheckResult* result) {
+// The masters each rank restored equal run 1's after iteration `after` (run 1 of `arm`; the
+// checkpoint is `source`'s).
+bool SameMasters(const Trace& straight, const Trace& resumed, int64_t after, const std::string& arm,
+                 const std::string& source, CheckResult* result) {
   for (size_t r = 0; r < resumed.ranks.size(); ++r) {
     const RankTrace& rank = resumed.ranks[r];
     const IterationRecord* saved = RecordOf(straight.ranks[r], after);
     const auto digests = rank.attributes.find(trace_keys::kResumedParameterDigests);
-    if (saved == nullptr || digests == rank.attributes.end()) continue;  // nothing to hold it to
+    if (saved == nullptr || digests == rank.attributes.end()) {
+      Difference d;
+      d.rank = rank.rank;
+      d.record = "structure";
+      Fail(result, d,
+           saved == nullptr ? "run 1 of " + arm + " holds no record of iteration " +
+                                  std::to_string(after) + " on rank " + std::to_string(rank.rank)
+                            : "rank " + std::to_string(rank.rank) +
+                                  " of the resumed run recorded no restored masters (" +
+                                  trace_keys::kResumedParameterDigests + ")");
+      return false;
+    }
     const std::vector<std::string> restored = SplitCommas(digests->second);
     for (size_t p = 0; p < saved->param_digests.size(); ++p) {
       const std::string expected = HexDigest(saved->param_digests[p]);
@@ -92,10 +105,15 @@ bool SameMasters(const Trace& straight, const Trace& resumed, int64_t after, Che
       d.record = "param_digest";
       d.param = p < rank.param_names.size() ? rank.param_names[p] : std::to_string(p);
       d.detail = expected + " vs " + got;
+      const std::string what =
+          source == arm ? "the checkpoint does not hold the fp32 masters bit for bit"
+                        : source + "'s masters after iteration " + std::to_string(after) +
+                              " are not " + arm + "'s: the arms had parted by then (see " + arm +
+                              " vs " + source + ": parameters)";
       Fail(result, d,
            "rank " + std::to_string(rank.rank) + " restored the master of " + d.param +
                " with digest " + got + ", run 1's after iteration " + std::to_string(after) +
-               " is " + expected + ": the checkpoint does not hold the fp32 masters bit for bit");
+               " is " + expected + ": " + what);
       return false;
     }
   }
@@ -144,10 +162,27 @@ std::vector<PlannedResume> PlanResumes(const Recipe& recipe, const std::vector<s
                               SavesCheckpoints(recipe, baseline);
   if (!recipe.train.resume_across_arms || !baseline_saves) return plan;
   for (const std::string& arm : arms) {
-    if (arm == baseline || !SavesCheckpoints(recipe, arm)) continue;
+    if (arm == baseline || !CrossArmResumeProblem(recipe, arm).empty()) continue;
     for (int64_t k : recipe.train.checkpoint_at) plan.push_back({arm, baseline, k});
   }
   return plan;
+}
+
+std::string CrossArmResumeProblem(const Recipe& recipe, const std::string& arm) {
+  const std::string& baseline = recipe.compare.baseline;
+  if (!SavesCheckpoints(recipe, baseline)) {
+    return "the baseline is external: an external arm's program saves no checkpoints";
+  }
+  if (!SavesCheckpoints(recipe, arm)) {
+    return "an external arm's program resumes from no checkpoint";
+  }
+  const PrecisionRecipe own = recipe.arm(arm).precision.recipe;
+  const PrecisionRecipe of_baseline = recipe.arm(baseline).precision.recipe;
+  if (own != of_baseline) {
+    return std::string("its precision (") + ToString(own) + ") is not the baseline's (" +
+           ToString(of_baseline) + "): the two arms do not hold the same state to resume from";
+  }
+  return "";
 }
 
 std::string ResumeFolder(const PlannedResume& resume) {
@@ -184,15 +219,17 @@ CheckResult CheckResumes(const std::string& arm, const std::string& source, cons
     result.figures["resumed_after"] = resumed_after;
     const std::string from = "resumed after iteration " + std::to_string(after);
     if (!SameRanks(straight, *trace, after, &result) ||
-        !SameMasters(straight, *trace, after, &result) ||
+        !SameMasters(straight, *trace, after, arm, source, &result) ||
         !SamePosition(straight, *trace, &result)) {
       result.summary = from + ": " + result.summary;
+      result.details = from + ": " + result.details;
       return result;
     }
     const Trace expected = RecordsAfter(straight, after);
     FromComparison(CompareTraces(expected, *trace), &result, "records");
     if (result.verdict == Verdict::kFail) {
       result.summary = from + ": " + result.summary;
+      result.details = from + ": " + result.details;
       AddFirstDivergentOperations(expected, *trace, /*across_arms=*/source != arm, &result);
       return result;
     }

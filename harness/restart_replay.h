@@ -31,8 +31,13 @@ struct PlannedResume {
 bool SavesCheckpoints(const Recipe& recipe, const std::string& arm);
 
 // The resumed runs of one `bitparity run` over `arms`, in the order they run: each arm from its
-// own checkpoints, then each other arm from the baseline's (resume_across_arms).
+// own checkpoints, then each other arm from the baseline's (resume_across_arms; those
+// CrossArmResumeProblem allows).
 std::vector<PlannedResume> PlanResumes(const Recipe& recipe, const std::vector<std::string>& arms);
+
+// Why `arm` cannot resume from the baseline's checkpoints, or "" when it can: both are built in
+// and train in one precision recipe (arms of different precision do not hold the same state).
+std::string CrossArmResumeProblem(const Recipe& recipe, const std::string& arm);
 
 // Where a resumed run writes, under the output folder: "<arm>/resume_<K>", or
 // "<arm>/resume_<K>_from_<source>".

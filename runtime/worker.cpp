@@ -60,10 +60,10 @@ Recipe LoadRequestedRecipe(const WorkerRequest& request) {
     }
     recipe.trace.dump_grads_at.push_back(it);
   }
-  for (int64_t it : request.checkpoint_at) {
-    if (it < 1 || it > recipe.train.iterations) {
+  for (int64_t it : request.checkpoint_at) {  // a resume needs an iteration left to train
+    if (it < 1 || it >= recipe.train.iterations) {
       throw InputError(std::string(kWorkerFlagCheckpointAt) + " " + std::to_string(it) +
-                       " is outside [1, " + std::to_string(recipe.train.iterations) + "]");
+                       " is outside [1, " + std::to_string(recipe.train.iterations - 1) + "]");
     }
   }
   if (!request.checkpoint_at.empty() && request.checkpoint_dir.empty()) {

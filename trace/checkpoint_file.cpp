@@ -82,7 +82,21 @@ class CheckpointReader : public Hdf5FileReader {
     return Read<float>(group, name, H5T_NATIVE_FLOAT, H5T_FLOAT, ShapeDims(shape));
   }
 
+  // One parameter's group; a problem inside it is named with the parameter
+  // ("<path>: parameter layers.0.qkv: dataset 'exp_avg' has shape [4], expected [3]").
   CheckpointParameter ReadParameter(hid_t parameters, const std::string& name) const {
+    try {
+      return ReadParameterData(parameters, name);
+    } catch (const InputError& e) {
+      const std::string message = e.what();
+      const std::string prefix = path_ + ": ";
+      if (message.rfind(prefix, 0) != 0) throw;
+      throw InputError(prefix + "parameter " + name + ": " + message.substr(prefix.size()));
+    }
+  }
+
+ private:
+  CheckpointParameter ReadParameterData(hid_t parameters, const std::string& name) const {
     CheckpointParameter p;
     p.name = name;
     Hid group = OpenGroup(parameters, name);
@@ -95,7 +109,7 @@ class CheckpointReader : public Hdf5FileReader {
     Hid weight = OpenDataset(group.get(), "weight");
     const auto attributes = StringAttributes(weight.get());
     auto dtype = attributes.find(kWeightDtype);
-    if (dtype == attributes.end()) Fail("parameter " + name + ": its weight has no dtype");
+    if (dtype == attributes.end()) Fail("its weight has no dtype attribute");
     p.weight_dtype = dtype->second;
     if (p.weight_dtype == "bfloat16") {
       std::vector<uint16_t> bits = Read<uint16_t>(group.get(), "weight", H5T_NATIVE_UINT16,
@@ -105,8 +119,7 @@ class CheckpointReader : public Hdf5FileReader {
       p.weight_bits =
           Read<uint32_t>(group.get(), "weight", H5T_NATIVE_FLOAT, H5T_FLOAT, ShapeDims(p.shape));
     } else {
-      Fail("parameter " + name + ": weight dtype '" + p.weight_dtype +
-           "' is not float32 or bfloat16");
+      Fail("weight dtype '" + p.weight_dtype + "' is not float32 or bfloat16");
     }
     return p;
   }

@@ -181,7 +181,7 @@ class Hdf5FileReader {
     const hsize_t bytes = count * element_size;
     if (bytes > stored * 1100 + (hsize_t{1} << 20)) {
       Fail("dataset '" + name + "' declares " + std::to_string(bytes) + " bytes but the file " +
-           "stores " + std::to_string(stored) + " (a crafted or corrupt trace)");
+           "stores " + std::to_string(stored) + " (a crafted or corrupt file)");
     }
     return static_cast<size_t>(count);
   }

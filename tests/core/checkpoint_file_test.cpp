@@ -4,6 +4,7 @@
 #include "trace/checkpoint_file.h"
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <filesystem>
 #include <fstream>
@@ -116,6 +117,29 @@ TEST(CheckpointFile, AnUnusableFileIsBadInputNamingIt) {
   ExpectBadCheckpoint(dir.File("text.h5"), "not an HDF5 file");
   fs::create_directories(dir.File("folder.h5"));
   ExpectBadCheckpoint(dir.File("folder.h5"), "is a directory");
+}
+
+TEST(CheckpointFile, AProblemInsideAParameterNamesTheParameter) {
+  testing::TempDir dir;
+  WriteCheckpoint(dir.File("rank_1.h5"), MakeCheckpoint());
+  {  // exp_avg of the first parameter replaced by a dataset of another shape
+    const hid_t file = H5Fopen(dir.File("rank_1.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    const std::string group = "parameters/layers.0.attention.qkv";
+    ASSERT_GE(H5Ldelete(file, (group + "/exp_avg").c_str(), H5P_DEFAULT), 0);
+    const hsize_t dims[1] = {4};
+    const hid_t space = H5Screate_simple(1, dims, nullptr);
+    const hid_t set = H5Dcreate2(file, (group + "/exp_avg").c_str(), H5T_IEEE_F32LE, space,
+                                 H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const float zeros[4] = {0, 0, 0, 0};
+    H5Dwrite(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros);
+    H5Dclose(set);
+    H5Sclose(space);
+    H5Fclose(file);
+  }
+  ExpectBadCheckpoint(dir.File("rank_1.h5"),
+                      ": parameter layers.0.attention.qkv: dataset 'exp_avg' has shape [4], "
+                      "expected [2,3]");
 }
 
 TEST(CheckpointFile, ATraceIsNotACheckpoint) {

@@ -241,7 +241,7 @@ TEST(TraceStorage, ADeclaredSizeTheFileCannotHoldIsBadInputBeforeAllocating) {
   // allocated.
   WriteTrace(dir.File("huge.h5"), testing::MakeTrace(1, 2));
   ReplaceWithEmptyDataset(dir.File("huge.h5"), "rank_00000/iteration", {hsize_t{1} << 34});
-  ExpectBadTrace(dir.File("huge.h5"), "(a crafted or corrupt trace)");
+  ExpectBadTrace(dir.File("huge.h5"), "(a crafted or corrupt file)");
   // A dump whose shape is not its parameter's (w is [3, 4]).
   WriteTrace(dir.File("shape.h5"), testing::MakeTrace(1, 2));
   ReplaceWithEmptyDataset(dir.File("shape.h5"), "rank_00000/grad_dumps/iter_000002/w", {4, 3});

@@ -198,6 +198,10 @@ TEST_F(ResumeInput, ADamagedOrMissingCheckpointIsNamed) {
   ExpectBadInput(testing::RunBitparity({"arm", recipe_, "--arm", "reference", "--out",
                                         dir_.File("c.h5"), "--checkpoint-at", "2"}),
                  {"--checkpoint-at needs --checkpoint-dir"});
+  ExpectBadInput(
+      testing::RunBitparity({"arm", recipe_, "--arm", "reference", "--out", dir_.File("c.h5"),
+                             "--checkpoint-at", "4", "--checkpoint-dir", dir_.File("late")}),
+      {"--checkpoint-at 4 is outside [1, 3] (", "replay.toml trains 4 iterations)"});
 }
 
 }  // namespace

@@ -92,6 +92,28 @@ TEST(RestartReplay, MastersRestoredInAnotherPrecisionAreNamed) {
   EXPECT_EQ(result.difference->param, "b");
 }
 
+TEST(RestartReplay, AcrossArmsAMasterThatDiffersSaysTheArmsHadParted) {
+  Runs runs;
+  std::string& digests = runs.resumed.ranks[1].attributes[trace_keys::kResumedParameterDigests];
+  digests = HexDigest(7) + digests.substr(digests.find(','));
+  const CheckResult result =
+      CheckResumes("overlap", "reference", runs.straight, {{2, &runs.resumed}});
+  EXPECT_EQ(result.name, "overlap resumes bit-identically from reference");
+  ExpectFailureNaming(result, "rank 1 restored the master of w with digest 0x0000000000000007");
+  ExpectFailureNaming(result,
+                      "reference's masters after iteration 2 are not overlap's: the arms had "
+                      "parted by then (see overlap vs reference: parameters)");
+  EXPECT_EQ(result.details.rfind("resumed after iteration 2: ", 0), 0u) << result.details;
+}
+
+TEST(RestartReplay, ARankThatRecordedNoRestoredMastersFails) {
+  Runs runs;
+  runs.resumed.ranks[0].attributes.erase(trace_keys::kResumedParameterDigests);
+  ExpectFailureNaming(runs.Check(),
+                      "rank 0 of the resumed run recorded no restored masters "
+                      "(resumed_parameter_digests)");
+}
+
 TEST(RestartReplay, ARecordThatDiffersAfterTheResumeIsNamed) {
   Runs runs;
   runs.resumed.ranks[1].iterations[1].loss += 1.0f;
@@ -140,6 +162,25 @@ TEST(RestartReplay, EveryArmResumesFromItsOwnCheckpointsThenFromTheBaselines) {
     }
   }
   EXPECT_EQ(PlanResumes(TwoArmRecipe(true), {"overlap"}).size(), 2u);
+}
+
+TEST(RestartReplay, AnArmOfAnotherPrecisionDoesNotResumeFromTheBaseline) {
+  testing::RecipeBuilder builder(2, 0);
+  builder.Batches(8, 4).SetList("train.checkpoint_at", {2}).Set("train.resume_across_arms", true);
+  const Recipe recipe = builder.Arm("reference", "reference")
+                            .Arm("overlap", "overlap", "precision = { recipe = \"fp32\" }")
+                            .Build();
+  const std::vector<std::string> arms = {"reference", "overlap"};
+  EXPECT_EQ(PlanResumes(recipe, arms).size(), 2u);  // each arm from its own checkpoint only
+  bool planned = false;
+  for (const PlannedCheck& c : PlanChecks(recipe, arms, {})) {
+    if (c.kind != CheckKind::kResumes || c.other != "reference" || c.arm != "overlap") continue;
+    planned = true;
+    EXPECT_EQ(c.skip_reason,
+              "its precision (fp32) is not the baseline's (bf16): the two arms do not hold the "
+              "same state to resume from");
+  }
+  EXPECT_TRUE(planned);
 }
 
 }  // namespace

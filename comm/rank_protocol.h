@@ -43,6 +43,14 @@ inline constexpr char kInjectBugVariable[] = "BITPARITY_INJECT_BUG";  // the sam
 // each changes what the ranks compute or how they fail, so traces and reports record them.
 std::vector<std::string> ActiveDeveloperSwitches();
 
+// How long a rank's collectives wait for a peer before they give up (exit 3): a little less than
+// the recipe's timeout_s, so that a rank stuck waiting for a hung peer exits on its own and the
+// launcher can tell the hung rank from its victims; and a rank that exits 3 sooner after its
+// last progress than this failed on its own, not as a victim.
+inline double CollectiveTimeoutSeconds(double recipe_timeout_seconds) {
+  return recipe_timeout_seconds * 0.6 > 1.0 ? recipe_timeout_seconds * 0.6 : 1.0;
+}
+
 // A rank's exit code when it failed on its own (an unexpected exception, not bad input and not
 // a collective that lost its peers): the launcher names such a rank as the culprit. The other
 // codes are core/errors.h's: 0 done, 2 bad input, 3 infrastructure (a peer or the machine).

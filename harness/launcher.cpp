@@ -100,6 +100,8 @@ struct RankStatus {
   int signal = 0;     // valid when finished and signaled
   bool signaled = false;
   bool ended_by_launcher = false;  // still running when the launcher ended the group
+  double finished_at = 0;          // seconds after the launch
+  double quiet_seconds = 0;        // since the last progress line (or the launch) when it finished
 
   bool failed() const { return finished && (signaled || exit_code != 0); }
   std::string Describe() const {
@@ -123,9 +125,10 @@ void Decode(int status, RankStatus* s) {
 }
 
 // The rank that caused a failure: one killed by a signal, else one that failed on its own
-// (exit 1 or 2), else one that was still running while its peers gave up on it (hung), else
-// the first that failed.
-int64_t Culprit(const std::vector<RankStatus>& ranks) {
+// (exit 1 or 2), else the first that exited 3 well before a collective would give up on a peer
+// after the last progress line (it failed on its own: its resources or its machine), else
+// one that was still running while its peers gave up on it (hung), else the first that failed.
+int64_t Culprit(const std::vector<RankStatus>& ranks, double collective_timeout_seconds) {
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (ranks[r].failed() && ranks[r].signaled && !ranks[r].ended_by_launcher) return r;
   }
@@ -134,6 +137,18 @@ int64_t Culprit(const std::vector<RankStatus>& ranks) {
       return r;
     }
   }
+  int64_t first_on_its_own = -1;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankStatus& s = ranks[r];
+    if (!s.failed() || s.signaled || s.ended_by_launcher) continue;
+    // A victim waited a whole collective timeout since about the last progress line; half of it
+    // is the margin for a peer that printed its line just after the victim began to wait.
+    if (s.quiet_seconds >= collective_timeout_seconds / 2) continue;
+    if (first_on_its_own < 0 || s.finished_at < ranks[first_on_its_own].finished_at) {
+      first_on_its_own = static_cast<int64_t>(r);
+    }
+  }
+  if (first_on_its_own >= 0) return first_on_its_own;
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (ranks[r].ended_by_launcher) return r;
   }
@@ -345,13 +360,17 @@ class RankGroupRun {
   void PollRanks(LogFollower& progress) {
     for (int64_t r = 0; r < world_; ++r) {
       if (status_[r].finished) continue;
-      if (children_[r].Poll()) Decode(children_[r].wait_status(), &status_[r]);
+      if (children_[r].Poll()) {
+        Decode(children_[r].wait_status(), &status_[r]);
+        status_[r].finished_at = Elapsed();
+        status_[r].quiet_seconds = status_[r].finished_at - last_progress_;
+      }
     }
     progress.Poll([&](const std::string& line) {
-      if (!options_.on_progress) return;
-      if (std::optional<ProgressEvent> event = ParseProgressLine(line)) {
-        options_.on_progress(*event);
-      }
+      std::optional<ProgressEvent> event = ParseProgressLine(line);
+      if (!event) return;
+      last_progress_ = Elapsed();
+      if (options_.on_progress) options_.on_progress(*event);
     });
   }
 
@@ -415,7 +434,7 @@ class RankGroupRun {
       if (!(s.failed() || s.ended_by_launcher)) continue;
       if (s.signaled || s.ended_by_launcher || s.exit_code != kExitBadInput) all_bad_input = false;
     }
-    const int64_t culprit = Culprit(status_);
+    const int64_t culprit = Culprit(status_, CollectiveTimeoutSeconds(options_.timeout_seconds));
     result_.failed_rank = culprit;
     std::ostringstream msg;
     if (timed_out) {
@@ -495,6 +514,7 @@ class RankGroupRun {
   std::vector<std::string> logs_;
   std::vector<RankStatus> status_;
   int interrupted_ = 0;
+  double last_progress_ = 0;  // seconds after the launch of rank 0's last progress line
   LaunchResult result_;
 };
 

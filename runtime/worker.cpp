@@ -251,10 +251,8 @@ int Run(const WorkerRequest& request) {
   std::fflush(stdout);
   MaybeInjectFault(switches.fault, context.rank, 0);
   PrepareProcess(recipe, request, switches);
-  // Collectives give up a little before the launcher's deadline, so that a rank stuck waiting for
-  // a hung peer exits on its own and the launcher can tell the hung rank from its victims.
   const auto timeout = std::chrono::milliseconds(
-      std::max<int64_t>(1000, static_cast<int64_t>(recipe.parallel.timeout_seconds * 600.0)));
+      static_cast<int64_t>(CollectiveTimeoutSeconds(recipe.parallel.timeout_seconds) * 1000.0));
   std::shared_ptr<Communicator> comm =
       Communicator::Connect(context, recipe.parallel.device, timeout);
   const int gpu = comm->device().is_cuda() ? comm->device().index() : -1;

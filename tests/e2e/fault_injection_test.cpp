@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "harness/process.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 
@@ -79,6 +80,32 @@ TEST(FaultInjection, MalformedSwitchIsBadInput) {
                             {{"BITPARITY_FAULT", "explode,rank=1"}});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("BITPARITY_FAULT: kind must be"), std::string::npos) << r.output;
+}
+
+// A rank that fails on its own with exit 3 (here: out of file descriptors under `ulimit -n 10`)
+// long before a collective would give up on a peer is the one named, with its own message, not
+// the peer still waiting for it.
+TEST(FaultInjection, TheFirstRankToFailOnItsOwnIsNamedWithItsMessage) {
+  testing::TempDir dir;
+  // A timeout of 60 s: its collectives would wait 36 s for a peer, far longer than a rank takes to
+  // start and fail here even on a loaded machine.
+  const std::string recipe = dir.Write("fault.toml", testing::RecipeBuilder(2, 0)
+                                                         .Set("parallel.timeout_s", 60)
+                                                         .Batches(8, 4)
+                                                         .Arm("reference", "reference")
+                                                         .Text());
+  ProcessOptions process;
+  process.executable = "bash";
+  process.arguments = {"-c", "ulimit -n 10 || exit 99\nexec \"$BITPARITY\" arm '" + recipe +
+                                 "' --out '" + dir.File("t.h5") + "' --quiet"};
+  process.set_environment["BITPARITY"] = testing::BitparityBinary();
+  process.output_path = dir.File("arm.log");
+  EXPECT_EQ(RunProcess(process), 3);
+  const std::string output = testing::ReadFile(dir.File("arm.log"));
+  const std::string headline = output.substr(0, output.find('\n'));
+  EXPECT_NE(headline.find("exited with code 3: rank "), std::string::npos) << output;
+  EXPECT_EQ(headline.find("still running"), std::string::npos) << output;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("t.h5")));
 }
 
 }  // namespace

@@ -30,7 +30,8 @@ RankRecords TrainOnThreads(const Recipe& recipe, const std::string& arm,
         for (const Parameter& p : trainer.model().parameters().all()) {
           records.replicated[static_cast<size_t>(rank)].push_back(p.is_expert ? 0 : 1);
         }
-        for (int64_t it = 1; it <= recipe.train.iterations; ++it) {
+        // From where on_trainer left it (a hook may have run an iteration itself).
+        for (int64_t it = trainer.position().iteration + 1; it <= recipe.train.iterations; ++it) {
           records.records[static_cast<size_t>(rank)].push_back(trainer.RunIteration(it, nullptr));
         }
       },

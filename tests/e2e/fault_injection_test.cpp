@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <string>
 
-#include "harness/process.h"
 #include "tests/support/recipe_builder.h"
 #include "tests/support/test_support.h"
 
@@ -94,14 +93,13 @@ TEST(FaultInjection, TheFirstRankToFailOnItsOwnIsNamedWithItsMessage) {
                                                          .Batches(8, 4)
                                                          .Arm("reference", "reference")
                                                          .Text());
-  ProcessOptions process;
-  process.executable = "bash";
-  process.arguments = {"-c", "ulimit -n 10 || exit 99\nexec \"$BITPARITY\" arm '" + recipe +
-                                 "' --out '" + dir.File("t.h5") + "' --quiet"};
-  process.set_environment["BITPARITY"] = testing::BitparityBinary();
-  process.output_path = dir.File("arm.log");
-  EXPECT_EQ(RunProcess(process), 3);
-  const std::string output = testing::ReadFile(dir.File("arm.log"));
+  const testing::CommandResult r = testing::RunWithBitparityVariable(
+      "bash",
+      {"-c", "ulimit -n 10 || exit 99\nexec \"$BITPARITY\" arm '" + recipe + "' --out '" +
+                 dir.File("t.h5") + "' --quiet"},
+      dir.File("arm.log"));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  const std::string& output = r.output;
   const std::string headline = output.substr(0, output.find('\n'));
   EXPECT_NE(headline.find("exited with code 3: rank "), std::string::npos) << output;
   EXPECT_EQ(headline.find("still running"), std::string::npos) << output;

@@ -55,19 +55,27 @@ testing::CommandResult RunOnSmallDisk(const std::string& mount_point, const std:
                                       const std::string& prepare = "") {
   fs::create_directories(mount_point);
   fs::create_directories(copy_to);
-  const std::string log = copy_to + ".log";
-  ProcessOptions process;
-  process.executable = "unshare";
-  process.arguments = {"-rm", "sh", "-c",
-                       "mount -t tmpfs -o size=" + size + " tmpfs '" + mount_point +
-                           "' || exit 99\n" + prepare + "\n" + command + "\nrc=$?\ncp -a '" +
-                           mount_point + "/.' '" + copy_to + "/'\nexit $rc"};
-  process.set_environment["BITPARITY"] = testing::BitparityBinary();
-  process.output_path = log;
-  testing::CommandResult result;
-  result.exit_code = RunProcess(process);
-  result.output = testing::ReadFile(log);
-  return result;
+  return testing::RunWithBitparityVariable(
+      "unshare",
+      {"-rm", "sh", "-c",
+       "mount -t tmpfs -o size=" + size + " tmpfs '" + mount_point + "' || exit 99\n" + prepare +
+           "\n" + command + "\nrc=$?\ncp -a '" + mount_point + "/.' '" + copy_to + "/'\nexit $rc"},
+      copy_to + ".log");
+}
+
+// Two rank parts of a synthetic trace of 300 iterations in `folder`, each over 64 KiB: what
+// `bitparity merge` joins.
+void WriteTwoRankParts(const std::string& folder) {
+  const Trace whole = testing::MakeTrace(2, 300);
+  fs::create_directories(folder);
+  for (int64_t r = 0; r < 2; ++r) {
+    Trace part;
+    part.attributes = {{trace_keys::kRecipe, "synthetic"},
+                       {trace_keys::kArm, "reference"},
+                       {trace_keys::kWorldSize, "2"}};
+    part.ranks.push_back(whole.ranks[static_cast<size_t>(r)]);
+    WriteTrace(folder + "/" + RankPartFileName(r), part);
+  }
 }
 
 // Every file under `dir` is whole: no temporary or parts folder is left, each trace reads, each
@@ -122,7 +130,7 @@ TEST_F(FullDiskTest, RunNamesThePathExitsThreeAndLeavesOnlyWholeFiles) {
     EXPECT_NE(run.output.find("(errno 28: No space left on device)", at), std::string::npos)
         << run.output;
     const std::string path = run.output.substr(at, run.output.find(' ', at + 20) - at);
-    named.insert(path.find("rank_00000.h5") != std::string::npos ? "rank part"
+    named.insert(path.find("/rank_0000") != std::string::npos ? "rank part"  // the first to fail
                  : path.find("report.json") != std::string::npos ||
                          path.find("junit.xml") != std::string::npos
                      ? "report"
@@ -136,16 +144,7 @@ TEST_F(FullDiskTest, RunNamesThePathExitsThreeAndLeavesOnlyWholeFiles) {
 // `bitparity merge` onto a disk that holds the previous merged trace but not the new one: exit 3,
 // the path named, and the previous trace unchanged to the byte.
 TEST_F(FullDiskTest, MergeKeepsThePreviousTraceWhenTheNewOneDoesNotFit) {
-  const Trace whole = testing::MakeTrace(2, 300);
-  fs::create_directories(dir_.File("parts"));
-  for (int64_t r = 0; r < 2; ++r) {
-    Trace part;
-    part.attributes = {{trace_keys::kRecipe, "synthetic"},
-                       {trace_keys::kArm, "reference"},
-                       {trace_keys::kWorldSize, "2"}};
-    part.ranks.push_back(whole.ranks[static_cast<size_t>(r)]);
-    WriteTrace(dir_.File("parts/" + RankPartFileName(r)), part);
-  }
+  WriteTwoRankParts(dir_.File("parts"));
   Trace previous = testing::MakeTrace(1, 2);
   previous.attributes[trace_keys::kArm] = "previous";
   WriteTrace(dir_.File("previous.h5"), previous);
@@ -175,15 +174,8 @@ TEST_F(FullDiskTest, MergeKeepsThePreviousTraceWhenTheNewOneDoesNotFit) {
 // `kib` KiB (`ulimit -f`).
 testing::CommandResult RunUnderFileSizeLimit(int kib, const std::string& command,
                                              const std::string& log) {
-  ProcessOptions process;
-  process.executable = "bash";
-  process.arguments = {"-c", "ulimit -f " + std::to_string(kib) + " || exit 99\n" + command};
-  process.set_environment["BITPARITY"] = testing::BitparityBinary();
-  process.output_path = log;
-  testing::CommandResult result;
-  result.exit_code = RunProcess(process);
-  result.output = testing::ReadFile(log);
-  return result;
+  return testing::RunWithBitparityVariable(
+      "bash", {"-c", "ulimit -f " + std::to_string(kib) + " || exit 99\n" + command}, log);
 }
 
 // A file-size limit is a full disk by another name: the write that crosses it fails (EFBIG, not
@@ -191,16 +183,7 @@ testing::CommandResult RunUnderFileSizeLimit(int kib, const std::string& command
 // temporary is left; in `run`, the rank whose part crossed it is named.
 TEST(FileSizeLimit, MergeAndRunNameTheFileExitThreeAndLeaveOnlyWholeFiles) {
   testing::TempDir dir;
-  const Trace whole = testing::MakeTrace(2, 300);
-  fs::create_directories(dir.File("parts"));
-  for (int64_t r = 0; r < 2; ++r) {
-    Trace part;
-    part.attributes = {{trace_keys::kRecipe, "synthetic"},
-                       {trace_keys::kArm, "reference"},
-                       {trace_keys::kWorldSize, "2"}};
-    part.ranks.push_back(whole.ranks[static_cast<size_t>(r)]);
-    WriteTrace(dir.File("parts/" + RankPartFileName(r)), part);
-  }
+  WriteTwoRankParts(dir.File("parts"));
   ASSERT_GT(fs::file_size(dir.File("parts/" + RankPartFileName(0))), 64u * 1024);
   fs::create_directories(dir.File("out"));
   WriteTrace(dir.File("out/merged.h5"), testing::MakeTrace(1, 2));

@@ -76,6 +76,20 @@ CommandResult RunBitparity(const std::vector<std::string>& args,
   return result;
 }
 
+CommandResult RunWithBitparityVariable(const std::string& program,
+                                       const std::vector<std::string>& args,
+                                       const std::string& log) {
+  ProcessOptions process;
+  process.executable = program;
+  process.arguments = args;
+  process.set_environment["BITPARITY"] = BitparityBinary();
+  process.output_path = log;
+  CommandResult result;
+  result.exit_code = RunProcess(process);
+  result.output = ReadFile(log);
+  return result;
+}
+
 // PIDs of the processes in /proc (but this one) for which `keep(pid_dir)` holds.
 std::vector<int64_t> ProcessesWhere(const std::function<bool(const std::string&)>& keep) {
   std::vector<int64_t> pids;

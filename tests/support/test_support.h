@@ -37,6 +37,12 @@ struct CommandResult {
 CommandResult RunBitparity(const std::vector<std::string>& args,
                            const std::vector<std::pair<std::string, std::string>>& env = {});
 
+// Runs `program` with `args` (a shell that runs bitparity under a limit or in a namespace) with
+// $BITPARITY set to the binary; its output is also left in `log`.
+CommandResult RunWithBitparityVariable(const std::string& program,
+                                       const std::vector<std::string>& args,
+                                       const std::string& log);
+
 // The repository root and the bitparity binary, as configured by CMake.
 std::string SourceDir();
 std::string BitparityBinary();

@@ -58,6 +58,9 @@ std::string Coordinate(double v) {
   return buffer;
 }
 
+// What a non-finite value is, in the words report.json and the console use.
+const char* NonFiniteWord(double v) { return std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf"; }
+
 const char* Color(size_t i) { return kPalette[i % (sizeof(kPalette) / sizeof(kPalette[0]))]; }
 
 struct Series {
@@ -73,11 +76,13 @@ std::string LineChart(const std::string& id, const std::string& title, const std
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
   for (const Series& s : series) {
     for (const auto& [x, y] : s.points) {
-      if (!std::isfinite(x) || !std::isfinite(y)) continue;
-      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+      if (!std::isfinite(x)) continue;
+      x0 = std::min(x0, x), x1 = std::max(x1, x);  // a non-finite y still has its place on x
+      if (std::isfinite(y)) y0 = std::min(y0, y), y1 = std::max(y1, y);
     }
   }
-  if (!std::isfinite(x0)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  if (!std::isfinite(x0)) x0 = 0, x1 = 1;
+  if (!std::isfinite(y0)) y0 = 0, y1 = 1;
   if (x1 == x0) x1 = x0 + 1;
   if (y1 == y0) y0 -= 0.5, y1 += 0.5;
   const double pad = (y1 - y0) * 0.05;
@@ -120,6 +125,17 @@ std::string LineChart(const std::string& id, const std::string& title, const std
     svg << "<polyline class=\"series\" fill=\"none\" stroke=\"" << s.color
         << "\" stroke-width=\"2\"" << (s.dashed ? " stroke-dasharray=\"6 4\"" : "") << " points=\""
         << points << "\"><title>" << Escape(s.name) << "</title></polyline>\n";
+    for (const auto& [x, y] : s.points) {
+      if (!std::isfinite(x) || std::isfinite(y)) continue;
+      // +inf at the plot's top edge, -inf at its bottom edge, NaN across its middle.
+      const double mark_y = std::isnan(y) ? kMarginTop + h / 2
+                            : y > 0       ? kMarginTop + 10
+                                          : kMarginTop + h - 4;
+      svg << "<text class=\"non-finite\" x=\"" << Coordinate(px(x)) << "\" y=\""
+          << Coordinate(mark_y) << "\" fill=\"" << s.color << "\" text-anchor=\"middle\">"
+          << NonFiniteWord(y) << "<title>" << Escape(s.name) << " at " << Number(x) << ": "
+          << NonFiniteWord(y) << "</title></text>\n";
+    }
     const double ly = kMarginTop + 8 + 18.0 * static_cast<double>(i);
     svg << "<line x1=\"" << kMarginLeft + w + 12 << "\" y1=\"" << ly << "\" x2=\""
         << kMarginLeft + w + 36 << "\" y2=\"" << ly << "\" stroke=\"" << s.color
@@ -182,8 +198,10 @@ std::string GradNormDifferenceChart(const RunReport& report) {
     Series s{arm.name + " - " + base->name, Color(color++), false, {}};
     bool identical = true;
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-      s.points.emplace_back(static_cast<double>(i + 1), a[i] - b[i]);
-      identical = identical && SameBits(a[i], b[i]);  // NaN equals NaN of the same bits
+      // NaN equals NaN of the same bits, and so does an infinity: their difference is 0, not NaN.
+      const bool same = SameBits(a[i], b[i]);
+      s.points.emplace_back(static_cast<double>(i + 1), same ? 0.0 : a[i] - b[i]);
+      identical = identical && same;
     }
     notes += Note(arm.name + " vs " + base->name + ": " +
                   (identical ? "the grad norms are bit-identical at every iteration."
@@ -413,6 +431,7 @@ std::string Page(const std::string& title, const std::string& body) {
          ".plot{fill:#fafafa;stroke:#888}.grid{stroke:#e4e4e4}.axis{stroke:#888}\n"
          ".title{font-size:13px;font-weight:bold}.tick,.legend{font-size:11px}.label{font-size:"
          "12px}\n"
+         ".non-finite{font-size:11px;font-weight:bold}\n"
          ".cell.differs{fill:#d62728}.cell.equal{fill:#e8e8e8}\n"
          "table.checks{border-collapse:collapse;width:100%}\n"
          "table.checks td,table.checks th{border:1px solid #ddd;padding:4px 6px;"

@@ -239,6 +239,20 @@ nlohmann::json JsonReport(const RunReport& report) {
   return j;
 }
 
+namespace {
+
+// A loss for the console: "%.6f", or NaN, +inf and -inf as the words report.html uses (printf's
+// "-nan" would make a sign bit look like a second kind of NaN).
+std::string LossText(float loss) {
+  if (std::isnan(loss)) return "     NaN";
+  if (std::isinf(loss)) return loss > 0 ? "    +inf" : "    -inf";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.6f", loss);
+  return text;
+}
+
+}  // namespace
+
 std::string ConsoleReport(const RunReport& report) {
   std::ostringstream out;
   char line[200];
@@ -271,10 +285,10 @@ std::string ConsoleReport(const RunReport& report) {
     }
     const size_t n = first.loss.size();
     std::snprintf(
-        line, sizeof(line), "  %-18s %4zu  %.6f -> %.6f    %8.2f   %s   %8.3f  %10s  %12.4f %6s\n",
-        arm.name.c_str(), arm.runs.size(), n ? first.loss.front() : 0.0f,
-        n ? first.loss.back() : 0.0f, first.peak_bytes_max / 1048576.0, model, n ? step / n : 0.0,
-        hidden, first.throughput.model_flops_per_second_per_rank() / 1e12, mfu);
+        line, sizeof(line), "  %-18s %4zu  %s -> %s    %8.2f   %s   %8.3f  %10s  %12.4f %6s\n",
+        arm.name.c_str(), arm.runs.size(), LossText(n ? first.loss.front() : 0.0f).c_str(),
+        LossText(n ? first.loss.back() : 0.0f).c_str(), first.peak_bytes_max / 1048576.0, model,
+        n ? step / n : 0.0, hidden, first.throughput.model_flops_per_second_per_rank() / 1e12, mfu);
     out << line;
   }
   out << "checks:\n" << FormatChecks(report.checks);

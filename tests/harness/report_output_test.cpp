@@ -427,6 +427,18 @@ TEST(ReportOutput, NonFiniteValuesAreShownAsWhatTheyAre) {
   EXPECT_NE(html.find("overlap vs reference: the grad norms are bit-identical at every iteration"),
             std::string::npos);
   EXPECT_EQ(html.find("the grad norms differ"), std::string::npos);
+  // The loss chart marks each non-finite point where its iteration is, with what it is.
+  for (const char* mark : {">NaN<title>overlap run 1 at 1: NaN</title>",
+                           ">+inf<title>overlap run 1 at 2: +inf</title>",
+                           ">-inf<title>reference run 1 at 3: -inf</title>"}) {
+    EXPECT_NE(html.find(mark), std::string::npos) << mark;
+  }
+  // Bit-identical NaN and infinite grad norms differ by 0: the difference chart marks nothing.
+  const size_t difference_chart = html.find("grad-norm-difference-chart");
+  ASSERT_NE(difference_chart, std::string::npos);
+  EXPECT_EQ(html.find("non-finite", difference_chart), std::string::npos);
+  EXPECT_NE(ConsoleReport(report).find("     NaN -> 2.500000"), std::string::npos)
+      << ConsoleReport(report);
 }
 
 TEST(ReportOutput, JunitReportIsPinned) {

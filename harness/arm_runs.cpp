@@ -259,7 +259,7 @@ std::optional<Trace> ArmRuns::Rerun(const ComparedRun& ref, int64_t iteration,
   // reruns.
   const std::string key = ref.arm + "/" + std::to_string(ref.run) + "@" + std::to_string(iteration);
   if (auto cached = reruns_.find(key); cached != reruns_.end()) return cached->second;
-  if (localize_budget_ <= 0) return std::nullopt;
+  if (localize_budget_ <= 0 || InterruptSignal() != 0) return std::nullopt;  // none after a signal
   --localize_budget_;
   const fs::path dir = fs::path(out_dir_) / "localize" / label;
   std::error_code ec;
@@ -273,7 +273,8 @@ std::optional<Trace> ArmRuns::Rerun(const ComparedRun& ref, int64_t iteration,
   launch.worker.probes = true;
   if (!options_.quiet) {
     console_ << "  localizing: rerunning " << ref.arm << " run " << ref.run
-             << " with full gradient dumps at iteration " << iteration << " and node probes\n";
+             << " with full gradient dumps at iteration " << iteration << " and node probes\n"
+             << std::flush;  // a log followed while it runs shows what the wait is for
   }
   LaunchResult result = LaunchArm(launch);
   if (result.exit_code != kExitPass) return std::nullopt;
@@ -286,6 +287,7 @@ std::optional<CheckResult> ArmRuns::RerunPair(const std::string& arm, int64_t wi
                                               bool deterministic_algorithms) {
   std::vector<Trace> traces;
   for (int64_t k = 1; k <= 2; ++k) {
+    if (InterruptSignal() != 0) return std::nullopt;  // no rerun starts after a signal
     const fs::path dir =
         fs::path(out_dir_) / "attribute" / arm / label / ("run" + std::to_string(k));
     std::error_code ec;

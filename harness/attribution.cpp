@@ -104,7 +104,8 @@ void AttributeFailure(int64_t recipe_threads, int64_t recipe_iterations, const P
                       "every run already starts rank processes of its own", false});
   if (progress != nullptr) {
     *progress << "  attributing: rerunning " << a.arm << " iterations 1-" << a.window
-              << " in pairs with node probes: as it ran, then with one factor changed\n";
+              << " in pairs with node probes: as it ran, then with one factor changed\n"
+              << std::flush;
   }
   std::optional<CheckResult> control = rerun("control", a.window, 0, false);
   a.control_ran = control.has_value();

@@ -175,16 +175,36 @@ class RecipeRun {
       RecordChecksNotRun(*stopped);
     } else {
       RunChecks();
+      NoteInterrupt("while the checks compared the runs");
       Localize();
+      NoteInterrupt("while localizing reruns ran");
       Attribute();
-      if (options_.update_golden && runs_->Ran(baseline_)) {
+      NoteInterrupt("while attribution reruns ran");
+      if (interrupted_ == 0 && options_.update_golden && runs_->Ran(baseline_)) {
         UpdateGolden({baseline_, golden_path_, &runs_->TraceOf(baseline_, 1), fingerprint_,
                       options_.command_line},
                      goldens_, checks_);
       }
+      NoteInterrupt("while the golden was recorded");
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return Finish(seconds);
+  }
+
+  // A signal that arrived after the runs, during `phase`: the checks made so far become errors
+  // saying so (README: an interrupted run errors every check), their verdicts kept in the text.
+  // Reruns started after it end at once (ArmRuns); the first signal is the one reported.
+  void NoteInterrupt(const std::string& phase) {
+    if (interrupted_ != 0 || InterruptSignal() == 0) return;
+    interrupted_ = InterruptSignal();
+    const std::string summary = "interrupted by " + SignalName(interrupted_) + " " + phase;
+    for (CheckResult& check : checks_) {
+      if (check.verdict == Verdict::kSkipped || check.verdict == Verdict::kError) continue;
+      check.details = std::string("before the signal: ") + ToString(check.verdict) + ", " +
+                      check.summary + (check.details.empty() ? "" : "\n" + check.details);
+      check.verdict = Verdict::kError;
+      check.summary = summary;
+    }
   }
 
  private:
@@ -474,13 +494,22 @@ class RecipeRun {
     report.timestamp = started_utc_;
     report.developer_switches = developer_switches_;
     report.out_dir = out_dir_;
+    WriteReports(report);
+    if (interrupted_ == 0 && InterruptSignal() != 0) {  // while they were written: again, saying so
+      NoteInterrupt("while the reports were written");
+      WriteReports(report);
+    }
+    console_ << ConsoleReport(report) << std::flush;
+    return report;
+  }
+
+  void WriteReports(RunReport& report) const {
+    report.checks = checks_;
     report.exit_code = interrupted_ != 0 ? 128 + interrupted_ : ExitCodeOf(checks_);
     WriteFileAtomically((fs::path(out_dir_) / "junit.xml").string(), JunitReport({report}));
     WriteFileAtomically((fs::path(out_dir_) / "report.json").string(),
                         JsonReport(report).dump(2) + "\n");
     WriteFileAtomically((fs::path(out_dir_) / "report.html").string(), HtmlReport(report));
-    console_ << ConsoleReport(report) << std::flush;
-    return report;
   }
 
   const RunOptions& options_;

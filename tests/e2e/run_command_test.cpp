@@ -293,8 +293,9 @@ TEST_F(SmallRecipeTest, AGoldenIsUpdatedByOneProcessAtATime) {
 }
 
 // Starts bitparity with `args` (output to `log`), interrupts it with `signal` once `log` shows
-// a training iteration, and returns its exit code.
-int InterruptedExitCode(const std::vector<std::string>& args, const std::string& log, int signal) {
+// `marker` (by default a training iteration), and returns its exit code.
+int InterruptedExitCode(const std::vector<std::string>& args, const std::string& log, int signal,
+                        const std::string& marker = "iteration 1/") {
   const pid_t child = ::fork();
   if (child == 0) {
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -310,7 +311,7 @@ int InterruptedExitCode(const std::vector<std::string>& args, const std::string&
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline &&
-         testing::ReadFile(log).find("iteration 1/") == std::string::npos) {
+         testing::ReadFile(log).find(marker) == std::string::npos) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ::kill(child, signal);
@@ -366,6 +367,43 @@ TEST_F(SmallRecipeTest, AnInterruptedRunEndsItsRanksCleansUpAndReports) {
     }
     EXPECT_TRUE(testing::ProcessesMentioning(long_recipe).empty());
   }
+}
+
+// A signal while `run` reruns a failing pair to localize it: the reruns stop, every check is
+// errored "interrupted" (the verdict it had kept in its text), and the exit code is 128 + signal.
+TEST_F(SmallRecipeTest, AnInterruptDuringLocalizingRerunsIsAnInterrupt) {
+  const std::string long_recipe = dir_.Write(
+      "long.toml", std::regex_replace(testing::ReadFile(recipe_), std::regex("iterations = \\d+"),
+                                      "iterations = 40"));
+  const std::string log = dir_.File("rerun.log");
+  const int exit_code = InterruptedExitCode(
+      {"run", long_recipe, "--out", dir_.File("rerun"), "--no-golden", "--arms", "overlap",
+       "--perturb", "overlap:2:rank=1,iteration=40,param=layers.1.attention.qkv,element=17"},
+      log, SIGINT, "localizing: rerunning");
+  EXPECT_EQ(exit_code, 130) << testing::ReadFile(log);
+  const nlohmann::json report =
+      nlohmann::json::parse(testing::ReadFile(dir_.File("rerun/report.json")));
+  EXPECT_EQ(report["exit_code"], 130);
+  bool kept = false;
+  for (const auto& check : report["checks"]) {
+    if (check["verdict"] == "skipped") continue;
+    EXPECT_EQ(check["verdict"], "error") << check.dump();
+    EXPECT_NE(check["summary"].get<std::string>().find("interrupted by SIGINT"), std::string::npos)
+        << check.dump();
+    kept |=
+        check["details"].get<std::string>().find("before the signal: fail") != std::string::npos;
+  }
+  EXPECT_TRUE(kept) << report.dump(2);
+  ExpectValidJunit(dir_.File("rerun/junit.xml"));
+  // No rerun started after the signal: one localizing line per rerun started, at most two.
+  const std::string output = testing::ReadFile(log);
+  size_t reruns = 0;
+  for (size_t at = output.find("localizing: rerunning"); at != std::string::npos;
+       at = output.find("localizing: rerunning", at + 1)) {
+    ++reruns;
+  }
+  EXPECT_LE(reruns, 1u) << output;
+  EXPECT_TRUE(testing::ProcessesMentioning(long_recipe).empty());
 }
 
 TEST_F(SmallRecipeTest, ArmRefusesToReplaceAnInputOrAFileThatIsNoTrace) {

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "comm/developer_switches.h"
 #include "comm/rank_protocol.h"
 #include "config/recipe.h"
 #include "config/recipe_schema.h"
@@ -22,6 +23,7 @@
 #include "harness/run_command.h"
 #include "harness/trace_compare.h"
 #include "harness/trace_explain.h"
+#include "harness/trace_merge.h"
 #include "numerics/cpu_isa.h"
 #include "numerics/determinism.h"
 #include "numerics/provenance.h"
@@ -254,7 +256,8 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
     }
     arm_name = recipe.arms[0].name;
   }
-  recipe.arm(arm_name);  // InputError if unknown
+  const ArmConfig& arm = recipe.arm(arm_name);  // InputError if unknown
+  CheckEnvironmentSwitchesApply({&recipe, {arm.engine}, !o.checkpoint_at.empty()});
   CheckArmOutput(o.out, recipe);
   LaunchOptions launch;
   launch.executable = SelfExecutable();
@@ -350,7 +353,22 @@ int Timeline(const std::string& path, int64_t rank, int64_t iteration, bool csv)
 }
 
 int Merge(const std::string& parts_dir, const std::string& out) {
-  Trace merged = MergeTraceParts(parts_dir);
+  // Parts come from outside: each is read in a child process, so that a crafted one is bad input.
+  Trace merged = MergeTraceParts(
+      parts_dir, [](const std::string& path) { return ReadTraceIsolated(path, false); });
+  std::error_code ec;
+  for (const std::string& part :
+       TracePartPaths(parts_dir, static_cast<int64_t>(merged.ranks.size()))) {
+    if (fs::equivalent(out, part, ec)) {
+      throw InputError("--out " + out + ": is the input part " + part +
+                       "; refusing to replace a part with the merged trace");
+    }
+  }
+  const fs::path folder = fs::path(out).has_parent_path() ? fs::path(out).parent_path() : ".";
+  if (fs::equivalent(folder, parts_dir, ec)) {
+    throw InputError("--out " + out + ": lies in the parts folder " + parts_dir +
+                     ", where a later merge would take it for a part; write it elsewhere");
+  }
   WriteTrace(out, merged);
   std::printf("wrote %s: %zu rank(s), %zu iterations\n", out.c_str(), merged.ranks.size(),
               merged.ranks[0].iterations.size());

@@ -150,6 +150,10 @@ class Communicator {
   Transport transport() const { return transport_; }
   // The transport in words, e.g. "nccl" or "gloo, host-staged: ranks 0, 1 share GPU 0 ...".
   const std::string& transport_description() const { return transport_description_; }
+  // One value every rank of this process group shares and no other run has: rank 0's process
+  // mark (core/temporary_mark.h) and 64 random bits, handed to the others through the store.
+  // `bitparity merge` refuses parts of different runs by it.
+  const std::string& run_identity() const { return run_identity_; }
 
   // Starts an all-to-all along dim 0: rows [sum(send[0..j)), +send[j]) of `input` go to rank j;
   // the output holds recv[j] rows from each rank j, in rank order. bf16 travels over Gloo as fp16
@@ -206,6 +210,7 @@ class Communicator {
   at::Device device_ = at::kCPU;
   Transport transport_ = Transport::kLocal;
   std::string transport_description_ = "local";
+  std::string run_identity_;
   c10::intrusive_ptr<c10d::Backend> group_;
   // What Subgroup() needs to join a new group: the store this group met through, this rank's
   // context and the timeout.

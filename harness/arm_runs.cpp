@@ -26,9 +26,16 @@ Perturbation ParsePerturbation(const std::string& text, const std::vector<std::s
     throw InputError("--perturb '" + text + "': expected ARM:RUN:SPEC (RUN a number or 'all')");
   }
   Perturbation p;
+  p.text = text;
   p.arm = text.substr(0, a);
   const std::string run = text.substr(a + 1, b - a - 1);
   p.spec = text.substr(b + 1);
+  try {
+    p.parsed = ParseGradPerturbation(p.spec);
+  } catch (const InputError& e) {
+    throw InputError("--perturb '" + text + "': " + e.what());
+  }
+  if (!p.parsed.active()) throw InputError("--perturb '" + text + "': SPEC is empty");
   if (std::find(arms.begin(), arms.end(), p.arm) == arms.end()) {
     throw InputError("--perturb '" + text + "': no arm '" + p.arm + "' in this run");
   }

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/developer_switches.h"
 #include "config/recipe.h"
 #include "harness/checks.h"
 #include "harness/launcher.h"
@@ -34,13 +35,15 @@ using Environment = std::vector<std::pair<std::string, std::string>>;
 // A developer perturbation, "ARM:RUN:SPEC" on the command line: BITPARITY_PERTURB=SPEC in run
 // RUN (1-based; 0 for every run) of ARM.
 struct Perturbation {
+  std::string text;  // the argument, ARM:RUN:SPEC
   std::string arm;
   int64_t run = 0;
   std::string spec;
+  GradPerturbation parsed;  // the spec
 };
 
-// Throws InputError naming the argument when one is malformed or names an arm not in `arms` or
-// a run outside 1..repeats.
+// Throws InputError naming the argument when one is malformed (its spec too) or names an arm not
+// in `arms` or a run outside 1..repeats.
 std::vector<Perturbation> ParsePerturbations(const std::vector<std::string>& texts,
                                              const std::vector<std::string>& arms, int64_t repeats);
 

@@ -479,6 +479,13 @@ std::string HtmlMatrixReport(const std::string& title, const std::vector<RunRepo
   body << "<h1>bitparity matrix: " << Escape(title) << "</h1>\n";
   body << "<p><span class=\"result " << (exit_code == 0 ? "pass" : "fail") << "\">"
        << ResultWord(exit_code) << "</span> " << cells.size() << " cell(s)</p>\n";
+  std::vector<std::string> switches;  // each cell's, once
+  for (const RunReport& cell : cells) {
+    for (const std::string& s : cell.developer_switches) {
+      if (std::find(switches.begin(), switches.end(), s) == switches.end()) switches.push_back(s);
+    }
+  }
+  for (const std::string& s : switches) body << Note("developer switch active: " + s);
   std::ostringstream table;
   table << "<table class=\"checks\" id=\"cell-table\"><tr><th>result</th><th>cell</th>"
            "<th>checks</th><th>first failure</th></tr>\n";

@@ -24,6 +24,7 @@
 #include "core/errors.h"
 #include "core/temporary_mark.h"
 #include "harness/process.h"
+#include "harness/trace_merge.h"
 #include "numerics/determinism.h"
 #include "trace/trace.h"
 #include "trace/trace_keys.h"
@@ -158,39 +159,7 @@ int64_t Culprit(const std::vector<RankStatus>& ranks, double collective_timeout_
   return 0;
 }
 
-std::string RankPartPath(const fs::path& dir, int64_t rank) {
-  return (dir / RankPartFileName(rank)).string();
-}
-
 }  // namespace
-
-Trace MergeTraceParts(const std::string& parts_dir) {
-  if (!fs::is_directory(parts_dir)) throw InputError(parts_dir + ": not a directory");
-  Trace first = ReadTrace(RankPartPath(parts_dir, 0), /*require_complete=*/false);
-  const std::string& world_text = first.attribute(trace_keys::kWorldSize);
-  int64_t world = 0;
-  try {
-    world = std::stoll(world_text);
-  } catch (const std::exception&) {
-    throw InputError(RankPartPath(parts_dir, 0) + ": attribute world_size is '" + world_text + "'");
-  }
-  Trace merged;
-  merged.attributes = first.attributes;
-  for (int64_t r = 0; r < world; ++r) {
-    const std::string path = RankPartPath(parts_dir, r);
-    Trace part = r == 0 ? std::move(first) : ReadTrace(path, /*require_complete=*/false);
-    if (part.ranks.size() != 1 || part.ranks[0].rank != r) {
-      throw InputError(path + ": is not the part of rank " + std::to_string(r));
-    }
-    for (const char* key : {trace_keys::kRecipe, trace_keys::kArm, trace_keys::kWorldSize}) {
-      if (part.attribute(key) != merged.attribute(key)) {
-        throw InputError(path + ": its " + key + " differs from rank 0's part");
-      }
-    }
-    merged.ranks.push_back(std::move(part.ranks[0]));
-  }
-  return merged;
-}
 
 std::string SelfExecutable() {
   std::error_code ec;
@@ -436,6 +405,12 @@ class RankGroupRun {
     }
     const int64_t culprit = Culprit(status_, CollectiveTimeoutSeconds(options_.timeout_seconds));
     result_.failed_rank = culprit;
+    // The first rank to fail refused its input (exit 2, e.g. a perturbation naming a parameter it
+    // does not hold): the others only lost their peer, so the run is bad input.
+    const RankStatus& first = status_[culprit];
+    if (!first.signaled && !first.ended_by_launcher && first.exit_code == kExitBadInput) {
+      all_bad_input = true;
+    }
     std::ostringstream msg;
     if (timed_out) {
       msg << "the run exceeded the recipe's timeout of " << options_.timeout_seconds << " s; rank "

@@ -79,11 +79,6 @@ void RemoveDeadProcessDebris(const std::string& dir);
 // InfrastructureError when no socket can be made.
 int FreeLoopbackPort();
 
-// Merges the per-rank trace parts in `parts_dir` (RankPartFileName, written by rank processes) into
-// one trace: rank 0's attributes, every rank's records. InputError if a part is missing,
-// unreadable, or belongs to another world.
-Trace MergeTraceParts(const std::string& parts_dir);
-
 // The absolute path of the running executable.
 std::string SelfExecutable();
 

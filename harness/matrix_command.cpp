@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/rank_protocol.h"
 #include "config/names.h"
 #include "config/recipe.h"
 #include "config/recipe_edit.h"
@@ -163,6 +164,7 @@ class MatrixRun {
     report.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     report.out_dir = out_dir_;
+    report.developer_switches = ActiveDeveloperSwitches();
     WriteFileAtomically((fs::path(out_dir_) / "junit.xml").string(), JunitReport(cells_));
     WriteFileAtomically((fs::path(out_dir_) / "report.json").string(),
                         MatrixJsonReport(report).dump(2) + "\n");

@@ -47,6 +47,7 @@ nlohmann::json MatrixJsonReport(const MatrixReport& report) {
   }
   json["exit_code"] = MatrixExitCode(report);
   json["seconds"] = report.seconds;
+  if (!report.developer_switches.empty()) json["developer_switches"] = report.developer_switches;
   NonFiniteAsText(&json);
   return json;
 }
@@ -55,6 +56,9 @@ std::string MatrixConsoleTable(const MatrixReport& report) {
   const std::vector<std::string> columns = MatrixColumns(report);
   std::ostringstream table;
   table << "\ncells x checks (P pass, F fail, S skipped, E error):\n";
+  for (const std::string& s : report.developer_switches) {
+    table << "  developer switch active in every cell: " << s << "\n";
+  }
   for (size_t c = 0; c < columns.size(); ++c) {
     table << "  [" << c + 1 << "] " << columns[c] << "\n";
   }

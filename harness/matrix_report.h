@@ -30,6 +30,7 @@ struct MatrixReport {
   std::vector<MatrixCellReport> cells;
   double seconds = 0;
   std::string out_dir;
+  std::vector<std::string> developer_switches;  // NAME=value of each set, as every cell saw it
 };
 
 // The worst exit code of the cells.

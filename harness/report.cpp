@@ -355,17 +355,20 @@ void AppendTestcase(pugi::xml_node suite_node, const RunReport& suite, const Che
 }
 
 // The suite's properties: the recipe, the fingerprint and the baseline (a matrix cell that could
-// not run has none).
+// not run has none), and a developer_switch for each switch the ranks ran under.
 void AppendSuiteProperties(pugi::xml_node s, const RunReport& suite) {
   if (suite.recipe_path.empty()) return;
-  const std::pair<const char*, std::string> properties[] = {
+  std::vector<std::pair<std::string, std::string>> properties = {
       {"recipe", suite.recipe_path},
       {"fingerprint", suite.fingerprint.Describe()},
       {"baseline", suite.baseline}};
+  for (const std::string& active : suite.developer_switches) {
+    properties.emplace_back("developer_switch", active);
+  }
   pugi::xml_node props = s.append_child("properties");
   for (const auto& [key, value] : properties) {
     pugi::xml_node p = props.append_child("property");
-    p.append_attribute("name") = key;
+    p.append_attribute("name") = key.c_str();
     p.append_attribute("value") = XmlText(value).c_str();
   }
 }

@@ -233,6 +233,7 @@ class RecipeRun {
     // Before anything is locked or written: a malformed --perturb is bad input with no trace.
     std::vector<Perturbation> perturbations =
         ParsePerturbations(options_.perturb, arms_, options_.repeats);
+    CheckSwitchesApply(perturbations);
     fingerprint_ = BaselineFingerprint();
     std::error_code ec;
     if (fs::exists(goldens_.dir(), ec) && !fs::is_directory(goldens_.dir(), ec)) {
@@ -246,6 +247,17 @@ class RecipeRun {
     plan_ = PlanChecks(recipe_, arms_, {options_.repeats, probes()});
     runs_ = std::make_unique<ArmRuns>(recipe_, options_, out_dir_, std::move(perturbations),
                                       probes(), console_);
+  }
+
+  // Every developer switch against the recipe and the arms, before any rank starts: one that
+  // cannot apply would do nothing, and the run would pass as if it had been tested.
+  void CheckSwitchesApply(const std::vector<Perturbation>& perturbations) const {
+    SwitchTarget target{&recipe_, {}, !recipe_.train.checkpoint_at.empty()};
+    for (const std::string& arm : arms_) target.engines.push_back(recipe_.arm(arm).engine);
+    CheckEnvironmentSwitchesApply(target);
+    for (const Perturbation& p : perturbations) {
+      CheckPerturbationApplies(p.parsed, target, "--perturb '" + p.text + "'");
+    }
   }
 
   // The fingerprint the baseline's golden is keyed by: this process's, or for an external

@@ -5,107 +5,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
-#include <sstream>
+#include <stdexcept>
 
 #include "comm/rank_protocol.h"
 #include "core/errors.h"
 
 namespace bitparity {
-namespace {
-
-// "word,key=value,key=value" -> {"" : word, key : value, ...}
-std::map<std::string, std::string> ParseFields(const std::string& variable,
-                                               const std::string& text) {
-  std::map<std::string, std::string> fields;
-  std::stringstream in(text);
-  std::string part;
-  bool first = true;
-  while (std::getline(in, part, ',')) {
-    size_t eq = part.find('=');
-    if (eq == std::string::npos) {
-      if (!first) throw InputError(variable + ": expected key=value, got '" + part + "'");
-      fields[""] = part;
-    } else {
-      fields[part.substr(0, eq)] = part.substr(eq + 1);
-    }
-    first = false;
-  }
-  return fields;
-}
-
-int64_t ParseField(const std::string& variable, const std::map<std::string, std::string>& fields,
-                   const std::string& key, int64_t fallback, bool required) {
-  auto it = fields.find(key);
-  if (it == fields.end()) {
-    if (required) throw InputError(variable + ": '" + key + "=' is required");
-    return fallback;
-  }
-  try {
-    size_t used = 0;
-    long long v = std::stoll(it->second, &used);
-    if (used != it->second.size()) throw std::invalid_argument(it->second);
-    return v;
-  } catch (const std::exception&) {
-    throw InputError(variable + ": " + key + " must be an integer, got '" + it->second + "'");
-  }
-}
-
-}  // namespace
-
-FaultPlan ParseFaultPlan(const std::string& text) {
-  FaultPlan plan;
-  if (text.empty()) return plan;
-  const std::string var = kFaultVariable;
-  auto fields = ParseFields(var, text);
-  static const std::map<std::string, FaultKind> kKinds = {{"crash", FaultKind::kCrash},
-                                                          {"segv", FaultKind::kSegv},
-                                                          {"hang", FaultKind::kHang},
-                                                          {"error", FaultKind::kError},
-                                                          {"startup", FaultKind::kStartup}};
-  auto kind = kKinds.find(fields[""]);
-  if (kind == kKinds.end()) {
-    throw InputError(var + ": kind must be crash, segv, hang, error or startup, got '" +
-                     fields[""] + "'");
-  }
-  plan.kind = kind->second;
-  if (fields.count("rank") && fields["rank"] == "all") {
-    plan.rank = FaultPlan::kEveryRank;
-  } else {
-    plan.rank = ParseField(var, fields, "rank", 0, true);
-    if (plan.rank < 0) throw InputError(var + ": rank must be >= 0 or 'all'");
-  }
-  plan.iteration = ParseField(var, fields, "iteration", 1, false);
-  for (const auto& [key, value] : fields) {
-    if (key != "" && key != "rank" && key != "iteration") {
-      throw InputError(var + ": unknown key '" + key + "'");
-    }
-  }
-  return plan;
-}
-
-GradPerturbation ParseGradPerturbation(const std::string& text) {
-  GradPerturbation p;
-  if (text.empty()) return p;
-  const std::string var = kPerturbVariable;
-  auto fields = ParseFields(var, text);
-  if (fields.count("")) throw InputError(var + ": expected only key=value fields");
-  p.rank = ParseField(var, fields, "rank", 0, true);
-  p.iteration = ParseField(var, fields, "iteration", 0, true);
-  p.element = ParseField(var, fields, "element", 0, true);
-  p.ulps = ParseField(var, fields, "ulps", 1, false);
-  if (!fields.count("param") || fields["param"].empty())
-    throw InputError(var + ": 'param=' is required");
-  p.param = fields["param"];
-  for (const auto& [key, value] : fields) {
-    if (key != "rank" && key != "iteration" && key != "element" && key != "ulps" &&
-        key != "param") {
-      throw InputError(var + ": unknown key '" + key + "'");
-    }
-  }
-  if (p.rank < 0) throw InputError(var + ": rank must be >= 0");
-  return p;
-}
 
 InjectedBugs ParseInjectedBugs(const std::string& text) {
   struct Switch {
@@ -137,19 +42,14 @@ InjectedBugs ParseInjectedBugs(const std::string& text) {
     named.emplace_back(std::string("snapshot_skips_") + ToString(field),
                        &bugs.overlap.snapshot_skips[Index(field)]);
   }
-  std::stringstream in(text);
-  std::string name;
-  while (std::getline(in, name, ',')) {
-    if (name.empty()) continue;
+  for (const std::string& name : ParseInjectedBugNames(text)) {
     bool known = false;
     for (const auto& [switch_name, flag] : named) {
       if (name == switch_name) *flag = known = true;
     }
-    if (!known) {
-      std::string names;
-      for (const auto& entry : named) names += (names.empty() ? "" : ", ") + entry.first;
-      throw InputError(std::string(kInjectBugVariable) + ": unknown bug '" + name +
-                       "' (known: " + names + ")");
+    if (!known) {  // comm/developer_switches.cpp lists a bug that has no flag here
+      throw std::logic_error(std::string(kInjectBugVariable) + ": bug '" + name +
+                             "' has no flag in runtime/injected_bugs.h");
     }
   }
   return bugs;

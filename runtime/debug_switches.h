@@ -17,28 +17,18 @@
 //       aux_loss_in_objective, thread_order_reduction, nondeterministic_kernel,
 //       pipeline_one_lane, checkpoint_drops_optimizer_steps, checkpoint_drops_lr_position,
 //       checkpoint_resets_data_position, checkpoint_masters_in_training_dtype.
-// They are parsed here and nowhere else; the rank process reads them once, at its start.
+// Their grammar is comm/developer_switches.h's (torch-free: the launcher checks them before any
+// rank starts); the rank process reads them once, at its start.
 
 #include <cstdint>
 #include <string>
 
+#include "comm/developer_switches.h"
 #include "runtime/injected_bugs.h"
-#include "runtime/trainer.h"
 
 namespace bitparity {
 
-enum class FaultKind { kNone, kCrash, kSegv, kHang, kError, kStartup };
-
-struct FaultPlan {
-  static constexpr int64_t kEveryRank = -1;  // `rank=all`
-  FaultKind kind = FaultKind::kNone;
-  int64_t rank = 0;
-  int64_t iteration = 1;
-};
-
-// Parses `text` (the variable's value; empty means off). InputError on malformed input.
-FaultPlan ParseFaultPlan(const std::string& text);
-GradPerturbation ParseGradPerturbation(const std::string& text);
+// Maps BITPARITY_INJECT_BUG's names (comm/developer_switches.h checks them) to their flags.
 InjectedBugs ParseInjectedBugs(const std::string& text);
 
 // Every developer switch of a rank process.

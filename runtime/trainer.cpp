@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/rank_protocol.h"
 #include "core/clock.h"
 #include "core/errors.h"
 #include "core/memory.h"
@@ -314,29 +315,41 @@ double Trainer::GlobalGradNorm() {
   return std::sqrt(total);
 }
 
+void Trainer::set_perturbation(const GradPerturbation& perturbation) {
+  perturbation_ = perturbation;
+  // The rank it targets checks, before any training, that it holds the parameter and element.
+  if (perturbation_.active() && perturbation_.rank == layout_.rank) PerturbedParameter();
+}
+
+Parameter& Trainer::PerturbedParameter() {
+  for (Parameter& p : model_->parameters().all()) {
+    if (p.name != perturbation_.param) continue;
+    if (perturbation_.element < 0 || perturbation_.element >= p.main_grad.numel()) {
+      throw InputError(std::string(kPerturbVariable) + ": element " +
+                       std::to_string(perturbation_.element) + " is out of range for " + p.name +
+                       " (" + std::to_string(p.main_grad.numel()) + " elements on rank " +
+                       std::to_string(layout_.rank) + ")");
+    }
+    return p;
+  }
+  throw InputError(std::string(kPerturbVariable) + ": rank " + std::to_string(layout_.rank) +
+                   " has no parameter named '" + perturbation_.param + "'");
+}
+
 void Trainer::ApplyPerturbation(int64_t iteration) {
   if (!perturbation_.active() || perturbation_.rank != layout_.rank ||
       perturbation_.iteration != iteration) {
     return;
   }
-  for (Parameter& p : model_->parameters().all()) {
-    if (p.name != perturbation_.param) continue;
-    if (perturbation_.element < 0 || perturbation_.element >= p.main_grad.numel()) {
-      throw InputError("perturbation: element " + std::to_string(perturbation_.element) +
-                       " is out of range for " + p.name + " (" +
-                       std::to_string(p.main_grad.numel()) + " elements)");
-    }
-    at::Tensor host = p.main_grad.cpu().contiguous();
-    float* value = host.data_ptr<float>() + perturbation_.element;
-    const float toward = perturbation_.ulps >= 0 ? std::numeric_limits<float>::infinity()
-                                                 : -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < std::abs(perturbation_.ulps); ++i)
-      *value = std::nextafter(*value, toward);
-    p.main_grad.copy_(host.view(p.main_grad.sizes()));
-    return;
+  Parameter& p = PerturbedParameter();
+  at::Tensor host = p.main_grad.cpu().contiguous();
+  float* value = host.data_ptr<float>() + perturbation_.element;
+  const float toward = perturbation_.ulps >= 0 ? std::numeric_limits<float>::infinity()
+                                               : -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < std::abs(perturbation_.ulps); ++i) {
+    *value = std::nextafter(*value, toward);
   }
-  throw InputError("perturbation: rank " + std::to_string(layout_.rank) +
-                   " has no parameter named '" + perturbation_.param + "'");
+  p.main_grad.copy_(host.view(p.main_grad.sizes()));
 }
 
 void Trainer::RecordReplayCensus(int64_t iteration, int64_t start_bytes) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/developer_switches.h"
 #include "comm/rank_context.h"
 #include "config/recipe.h"
 #include "model/engine.h"
@@ -25,18 +26,6 @@
 #include "trace/trace.h"
 
 namespace bitparity {
-
-// Adds exactly `ulps` units in the last place to one element of one parameter's main grad at
-// one iteration on one rank: the harness's way to prove a check catches a one-ulp change.
-struct GradPerturbation {
-  int64_t rank = -1;  // -1: off
-  int64_t iteration = 0;
-  std::string param;
-  int64_t element = 0;
-  int64_t ulps = 1;
-
-  bool active() const { return rank >= 0; }
-};
 
 class Trainer {
  public:
@@ -55,7 +44,8 @@ class Trainer {
   const TrainingPosition& position() const { return position_; }
   void set_position(const TrainingPosition& position) { position_ = position; }
 
-  void set_perturbation(const GradPerturbation& p) { perturbation_ = p; }
+  // InputError when this rank is the one it targets and holds no such parameter or element.
+  void set_perturbation(const GradPerturbation& perturbation);
 
   // The recompute census: from now on, every segment replay of an iteration is recorded with the
   // live bytes above the iteration's start next to the memory model's `levels` (its prediction's
@@ -90,6 +80,7 @@ class Trainer {
   // values of every stage, in virtual order.
   std::vector<std::vector<double>> GatherOverStages(const std::vector<std::vector<double>>& local);
   void ApplyPerturbation(int64_t iteration);
+  Parameter& PerturbedParameter();  // the parameter the perturbation names (InputError: none)
   void RecordReplayCensus(int64_t iteration, int64_t start_bytes);
   // The pieces of an iteration's record: its counted GEMM FLOPs and communication figures; every
   // main grad's digest (and dump); the norm, clipping and the optimizer step with the parameters'

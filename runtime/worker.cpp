@@ -219,6 +219,7 @@ std::map<std::string, std::string> RunAttributes(const Recipe& recipe, const Arm
   a[trace_keys::kThreadsPerRank] = std::to_string(recipe.parallel.threads);
   a[trace_keys::kDevice] = ToString(recipe.parallel.device);
   a[trace_keys::kCommTransport] = comm.transport_description();
+  a[trace_keys::kRunIdentity] = comm.run_identity();
   a[trace_keys::kCreatedUtc] = UtcTimestamp();
   std::string joined;
   for (const std::string& w : warnings) joined += (joined.empty() ? "" : "\n") + w;
@@ -238,6 +239,13 @@ int Run(const WorkerRequest& request) {
   ParallelLayout layout = ParallelLayout::Make(context.rank, context.world_size, recipe.parallel.ep,
                                                recipe.model.experts, recipe.parallel.pp);
   const DebugSwitches switches = ReadDebugSwitches();
+  // What the recipe alone tells (the launcher also checked the arms' engines): a switch that
+  // cannot apply is bad input on every rank, before any joins the group.
+  CheckEnvironmentSwitchesApply({&recipe,
+                                 {},
+                                 !recipe.train.checkpoint_at.empty() ||
+                                     !request.checkpoint_at.empty() ||
+                                     !request.resume_from.empty()});
   // Every rank creates the folder as `run --out` does (the others find it made: no error).
   std::error_code ec;
   std::filesystem::create_directories(request.out_dir, ec);

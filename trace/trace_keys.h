@@ -12,6 +12,9 @@ inline constexpr char kRecipe[] = "recipe";               // the recipe's TOML t
 inline constexpr char kRecipeDigest[] = "recipe_digest";  // RecipeDigest of that text
 // The developer switches a rank saw in its environment ("NAME=value; ..."), when any.
 inline constexpr char kDeveloperSwitches[] = "developer_switches";
+// Shared by every rank of one process group, different in every run (Communicator::run_identity):
+// merge joins only parts that carry the same one.
+inline constexpr char kRunIdentity[] = "run_identity";
 inline constexpr char kRecipePath[] = "recipe_path";  // where it was read from
 inline constexpr char kRecipeName[] = "recipe_name";  // [recipe] name
 inline constexpr char kArm[] = "arm";                 // the arm's name

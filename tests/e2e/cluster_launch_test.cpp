@@ -196,5 +196,59 @@ TEST(ClusterLaunch, MergeOfAnIncompleteWorldIsBadInput) {
   EXPECT_FALSE(std::filesystem::exists(dir.File("merged.h5")));
 }
 
+// `merge` joins only the parts of one run: each part is read in a child process (a crafted one
+// is bad input, not a crash), and each must share rank 0's run identity, recipe text and digest
+// (the digest the text's) and developer switches; a stray part of another world size and an
+// --out naming an input are refused. Nothing is written in any refused case.
+TEST(ClusterLaunch, MergeJoinsOnlyThePartsOfOneRun) {
+  testing::TempDir dir;
+  const std::string recipe = dir.Write("r.toml", RecipeToml());
+  LaunchWorkersByHand(recipe, dir.File("a"), false);
+  LaunchWorkersByHand(recipe, dir.File("b"), false);
+  namespace fs = std::filesystem;
+  const std::string merged = dir.File("merged.h5");
+  auto refused = [&](const std::string& parts, const std::string& out, const std::string& said) {
+    testing::CommandResult merge = testing::RunBitparity({"merge", parts, "--out", out});
+    EXPECT_EQ(merge.exit_code, 2) << merge.output;
+    EXPECT_NE(merge.output.find(said), std::string::npos) << said << "\n" << merge.output;
+    EXPECT_FALSE(fs::exists(merged));
+  };
+  // Rank 1's part of another run of the same recipe.
+  fs::create_directories(dir.File("mixed"));
+  fs::copy_file(dir.File("a/rank_00000.h5"), dir.File("mixed/rank_00000.h5"));
+  fs::copy_file(dir.File("b/rank_00001.h5"), dir.File("mixed/rank_00001.h5"));
+  refused(dir.File("mixed"), merged, "rank_00001.h5: its run_identity");
+  // A part edited after its rank wrote it: the digest, then the text under the digest.
+  const std::string part = dir.File("b/rank_00001.h5");
+  const Trace original = ReadTrace(part, /*require_complete=*/false);
+  for (const char* key : {"recipe_digest", "recipe"}) {
+    Trace edited = original;
+    edited.attributes[key] += " ";
+    WriteTrace(part, edited);
+    refused(dir.File("b"), merged, "rank_00001.h5: its " + std::string(key));
+  }
+  Trace switched = original;
+  switched.attributes["developer_switches"] = "BITPARITY_INJECT_BUG=composite_rms_norm";
+  WriteTrace(part, switched);
+  refused(dir.File("b"), merged, "its developer_switches");
+  WriteTrace(part, original);
+  // --out naming an input part, or the parts folder.
+  const std::string before = testing::ReadFile(dir.File("a/rank_00001.h5"));
+  refused(dir.File("a"), dir.File("a/rank_00001.h5"), "refusing to replace a part");
+  EXPECT_EQ(testing::ReadFile(dir.File("a/rank_00001.h5")), before);
+  refused(dir.File("a"), dir.File("a/all.h5"), "lies in the parts folder");
+  // A stray part of a world of 3 beside this world of 2.
+  fs::copy_file(dir.File("a/rank_00001.h5"), dir.File("b/rank_00002.h5"));
+  refused(dir.File("b"), merged, "rank_00002.h5: a rank part outside this world of 2");
+  fs::remove(dir.File("b/rank_00002.h5"));
+  // A part that crashes the HDF5 library when read.
+  fs::copy_file(testing::SourceDir() + "/tests/data/fuzz/crashes/hdf5_global_heap_length.h5",
+                dir.File("b/rank_00001.h5"), fs::copy_options::overwrite_existing);
+  refused(dir.File("b"), merged, "rank_00001.h5");
+  // The untouched run merges.
+  testing::CommandResult merge = testing::RunBitparity({"merge", dir.File("a"), "--out", merged});
+  EXPECT_EQ(merge.exit_code, 0) << merge.output;
+}
+
 }  // namespace
 }  // namespace bitparity

@@ -406,6 +406,53 @@ TEST_F(SmallRecipeTest, AnInterruptDuringLocalizingRerunsIsAnInterrupt) {
   EXPECT_TRUE(testing::ProcessesMentioning(long_recipe).empty());
 }
 
+// A developer switch that cannot apply is bad input before any rank starts: exit 2, the switch
+// and the reason named, no output folder. What only the target rank can tell (its parameters)
+// is refused by that rank before training: exit 2 too, not a crash of its peers.
+TEST_F(SmallRecipeTest, DeveloperSwitchesThatCannotApplyAreRefusedBeforeAnyRankStarts) {
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::pair<std::string, std::string>> env;
+    std::string message;
+  };
+  const std::string qkv = "param=layers.1.attention.qkv";
+  const std::vector<Case> before_ranks = {
+      {{}, {{"BITPARITY_FAULT", "crash,rank=7"}}, "BITPARITY_FAULT: rank 7 is outside the world"},
+      {{},
+       {{"BITPARITY_PERTURB", "rank=0,iteration=999," + qkv + ",element=1"}},
+       "BITPARITY_PERTURB: iteration 999 is outside the run's iterations 1..4"},
+      {{}, {{"BITPARITY_INJECT_BUG", "thread_order_reduction"}}, "the ranks run one thread"},
+      {{}, {{"BITPARITY_INJECT_BUG", "mhc_bridge_from_chunk_state"}}, "does not use mHC"},
+      {{"--arms", "reference", "--repeats", "1"},
+       {{"BITPARITY_INJECT_BUG", "synchronous_all_to_all"}},
+       "no arm of this run is an overlap arm"},
+      {{"--perturb", "overlap:1:rank=0,iteration=2," + qkv},
+       {},
+       "--perturb 'overlap:1:rank=0,iteration=2," + qkv + "': BITPARITY_PERTURB: 'element='"},
+      {{"--perturb", "overlap:2:rank=5,iteration=2," + qkv + ",element=1"},
+       {},
+       "rank 5 is outside the world of 2"},
+  };
+  int index = 0;
+  for (const Case& c : before_ranks) {
+    const std::string out = "refused" + std::to_string(index++);
+    testing::CommandResult r = Run(out, c.args, c.env);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.message << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(dir_.File(out))) << r.output;
+  }
+  for (const auto& [spec, message] : std::vector<std::pair<std::string, std::string>>{
+           {"overlap:1:rank=1,iteration=2," + qkv + ",element=99999999",
+            "element 99999999 is out of range for layers.1.attention.qkv"},
+           {"overlap:1:rank=0,iteration=2,param=no.such.weight,element=1",
+            "rank 0 has no parameter named 'no.such.weight'"}}) {
+    testing::CommandResult r = Run("target", {"--perturb", spec});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << message << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(dir_.File("target/report.json"))) << r.output;
+  }
+}
+
 TEST_F(SmallRecipeTest, ArmRefusesToReplaceAnInputOrAFileThatIsNoTrace) {
   const std::string text = testing::ReadFile(recipe_);
   const std::string notes = dir_.Write("notes.txt", "mine\n");

@@ -7,6 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
+
+#include "harness/html_report.h"
+#include "harness/report.h"
+#include "tests/support/junit_reader.h"
+#include "tests/support/test_support.h"
 
 namespace bitparity {
 namespace {
@@ -70,6 +76,36 @@ TEST(MatrixReport, JsonReportIsPinned) {
     "seconds": 12.7
   })");
   EXPECT_EQ(MatrixJsonReport(TwoCells()), expected) << MatrixJsonReport(TwoCells()).dump(2);
+}
+
+// A developer switch set for the matrix is said at its top: the table, report.json, and each
+// cell's junit testsuite (harness/report.h's JunitReport) and report.html.
+TEST(MatrixReport, ActiveDeveloperSwitchesAreSaidAtTheTop) {
+  MatrixReport report = TwoCells();
+  report.developer_switches = {"BITPARITY_INJECT_BUG=composite_rms_norm"};
+  EXPECT_NE(
+      MatrixConsoleTable(report).find(
+          "\n  developer switch active in every cell: BITPARITY_INJECT_BUG=composite_rms_norm\n"),
+      std::string::npos)
+      << MatrixConsoleTable(report);
+  EXPECT_EQ(MatrixJsonReport(report)["developer_switches"],
+            nlohmann::json::parse(R"(["BITPARITY_INJECT_BUG=composite_rms_norm"])"));
+  for (MatrixCellReport& cell : report.cells) {
+    cell.run.recipe_path = "recipes/base.toml";
+    cell.run.timestamp = "2026-12-07T12:00:00";
+    cell.run.developer_switches = report.developer_switches;
+  }
+  std::vector<RunReport> cells = {report.cells[0].run, report.cells[1].run};
+  const std::string junit = JunitReport(cells);
+  EXPECT_NE(junit.find("<property name=\"developer_switch\" "
+                       "value=\"BITPARITY_INJECT_BUG=composite_rms_norm\" />"),
+            std::string::npos)
+      << junit;
+  testing::TempDir dir;
+  testing::ExpectValidJunit(dir.Write("junit.xml", junit));
+  EXPECT_NE(HtmlMatrixReport("m", cells)
+                .find("developer switch active: BITPARITY_INJECT_BUG=composite_rms_norm"),
+            std::string::npos);
 }
 
 TEST(MatrixReport, ExitCodeIsTheWorstCells) {

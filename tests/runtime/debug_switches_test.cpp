@@ -52,5 +52,28 @@ TEST(DebugSwitches, FaultAndPerturbationNameTheirVariable) {
       << no_param;
 }
 
+// The torch-free list the launcher checks (comm/developer_switches.h) and the flags a rank sets
+// are one set: every listed bug sets a flag of its own, and the flags number the names.
+TEST(DebugSwitches, EveryInjectableBugSetsAFlagOfItsOwn) {
+  const std::vector<std::string> names = InjectableBugNames();
+  std::string all;
+  for (const std::string& name : names) {
+    EXPECT_TRUE(ParseInjectedBugs(name).any()) << name;
+    all += (all.empty() ? "" : ",") + name;
+  }
+  const InjectedBugs every = ParseInjectedBugs(all);
+  size_t flags = every.model.composite_rms_norm + every.model.aux_loss_in_objective;
+  for (bool skip : every.overlap.snapshot_skips) flags += skip;
+  const OverlapBugs& o = every.overlap;
+  flags += o.stale_routing_metadata + o.skip_snapshot_restore + o.mtp_post_outside_segment +
+           o.flush_per_backward_call + o.mhc_bridge_from_chunk_state + o.synchronous_all_to_all +
+           o.segment_not_released;
+  const RuntimeBugs& r = every.runtime;
+  flags += r.thread_order_reduction + r.nondeterministic_kernel + r.pipeline_one_lane +
+           r.checkpoint_drops_optimizer_steps + r.checkpoint_drops_lr_position +
+           r.checkpoint_resets_data_position + r.checkpoint_masters_in_training_dtype;
+  EXPECT_EQ(flags, names.size());
+}
+
 }  // namespace
 }  // namespace bitparity

@@ -9,6 +9,7 @@
 
 #include "app/subcommands.h"
 #include "comm/rank_protocol.h"
+#include "core/display_text.h"
 #include "core/errors.h"
 #include "runtime/worker.h"
 
@@ -100,8 +101,8 @@ int RunCli(int argc, char** argv) {
       known += (known.empty() ? "" : ", ") + sub->get_name();
     }
     if (!found) {
-      std::cerr << "error: unknown command '" << argv[1] << "' (commands: " << known
-                << "; see bitparity --help)" << std::endl;
+      std::cerr << "error: unknown command '" << EscapedText(argv[1], false)
+                << "' (commands: " << known << "; see bitparity --help)" << std::endl;
       return kExitBadInput;
     }
   }

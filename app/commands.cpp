@@ -15,6 +15,7 @@
 #include "config/recipe_schema.h"
 #include "config/recompute_plan.h"
 #include "core/cuda_support.h"
+#include "core/display_text.h"
 #include "core/errors.h"
 #include "harness/isolated_trace_read.h"
 #include "harness/launcher.h"
@@ -283,7 +284,7 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
   }
   LaunchResult result = LaunchArm(launch);
   if (result.exit_code != kExitPass) {
-    std::cerr << "error: " << result.failure;
+    std::cerr << "error: " << EscapedText(result.failure, /*keep_whitespace=*/true);
     return result.exit_code;
   }
   const auto& its = result.trace.ranks[0].iterations;

@@ -11,11 +11,13 @@
 namespace bitparity {
 
 // The bytes of the valid UTF-8 character starting at `s[i]` (1 for ASCII), or 0 when none
-// starts there (a continuation byte, a bad lead byte, a truncated sequence).
+// starts there (a continuation byte, a bad lead byte, a truncated sequence, an overlong form, a
+// surrogate, a code point past U+10FFFF).
 size_t Utf8CharacterLength(const std::string& s, size_t i);
 
 // `text` with each control byte (below 0x20 and DEL; tab, newline and carriage return kept when
-// `keep_whitespace`) and each byte outside valid UTF-8 written as "\xNN".
+// `keep_whitespace`), each byte outside valid UTF-8 and U+FFFE and U+FFFF (no XML characters)
+// written as "\xNN".
 std::string EscapedText(const std::string& text, bool keep_whitespace);
 
 }  // namespace bitparity

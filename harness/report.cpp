@@ -257,8 +257,9 @@ std::string ConsoleReport(const RunReport& report) {
   std::ostringstream out;
   char line[200];
   std::snprintf(line, sizeof(line), "%.1f", report.seconds);
-  out << "\nrecipe " << report.recipe_name << " (" << report.recipe_path << "), fingerprint "
-      << report.fingerprint.key << ", " << line << " s\n";
+  out << "\nrecipe " << EscapedText(report.recipe_name, false) << " ("
+      << EscapedText(report.recipe_path, false) << "), fingerprint " << report.fingerprint.key
+      << ", " << line << " s\n";
   for (const std::string& s : report.developer_switches) {
     out << "  developer switch active: " << s << "\n";
   }

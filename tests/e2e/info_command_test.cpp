@@ -40,6 +40,23 @@ TEST(InfoCommand, AnUnknownCommandIsBadInputNamingTheWord) {
       << r.output;
 }
 
+// Control characters from the command line (a word, a path) reach the terminal as visible "\xNN"
+// text, never raw: an escape sequence in a file name cannot repaint the user's terminal.
+TEST(InfoCommand, ControlCharactersReachTheTerminalAsText) {
+  testing::CommandResult word = testing::RunBitparity({"x\x1b[2J"});
+  EXPECT_EQ(word.exit_code, 2) << word.output;
+  EXPECT_NE(word.output.find("unknown command 'x\\x1b[2J'"), std::string::npos) << word.output;
+  testing::CommandResult path = testing::RunBitparity({"run", "/tmp/no\x1b[31mred\x07.toml"});
+  EXPECT_EQ(path.exit_code, 2) << path.output;
+  EXPECT_NE(path.output.find("error: /tmp/no\\x1b[31mred\\x07.toml: recipe file not found"),
+            std::string::npos)
+      << path.output;
+  for (const std::string& output : {word.output, path.output}) {
+    EXPECT_EQ(output.find('\x1b'), std::string::npos) << output;
+    EXPECT_EQ(output.find('\x07'), std::string::npos) << output;
+  }
+}
+
 // info reads this process and pins nothing: a user's MKL_CBWR does not stop it.
 TEST(InfoCommand, PinsNothingOfItsOwn) {
   testing::CommandResult info = testing::RunBitparity({"info"}, {{"MKL_CBWR", "AVX2"}});

@@ -5,14 +5,17 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/display_text.h"
 #include "core/errors.h"
 #include "harness/checks.h"
 #include "harness/html_report.h"
@@ -397,6 +400,78 @@ TEST(ReportOutput, JunitReportCarriesNoCharacterXmlForbids) {
   testing::TempDir dir;
   const std::string path = dir.Write("junit.xml", xml);
   testing::ExpectValidJunit(path);
+}
+
+// Whether `text` is valid UTF-8 carrying no character XML 1.0 forbids (a C0 control other than
+// tab, newline and carriage return), as itself or as a character reference.
+bool XmlSafe(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x80) {
+      if (byte < 0x20 && byte != '\t' && byte != '\n' && byte != '\r') return false;
+      if (text.compare(i, 2, "&#") == 0) {  // only to a tab, newline or carriage return
+        const size_t end = text.find(';', i);
+        if (end == std::string::npos) return false;
+        const std::string digits = text.substr(i + 2, end - i - 2);
+        const bool hex = !digits.empty() && digits[0] == 'x';
+        const long code = std::strtol(digits.c_str() + (hex ? 1 : 0), nullptr, hex ? 16 : 10);
+        if (code != '\t' && code != '\n' && code != '\r') return false;
+      }
+      ++i;
+      continue;
+    }
+    const size_t length = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC2 ? 2 : 0;
+    if (length == 0 || byte > 0xF4 || i + length > text.size()) return false;
+    for (size_t k = 1; k < length; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
+// Valid UTF-8 is kept; what is not (an overlong form, a surrogate, past U+10FFFF, a truncated
+// sequence) and U+FFFE / U+FFFF, which XML 1.0 has no character for, become "\xNN" (the seeded
+// fuzzing below found the overlong E0 93 B9 reaching junit.xml).
+TEST(ReportOutput, EscapedTextKeepsOnlyWhatXmlCanCarry) {
+  EXPECT_EQ(EscapedText("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", true),
+            "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  EXPECT_EQ(EscapedText("\xe0\x93\xb9", true), "\\xe0\\x93\\xb9");
+  EXPECT_EQ(EscapedText("\xed\xa0\x80", true), "\\xed\\xa0\\x80");
+  EXPECT_EQ(EscapedText("\xf4\x90\x80\x80", true), "\\xf4\\x90\\x80\\x80");
+  EXPECT_EQ(EscapedText("\xf0\x8f\xbf\xbf", true), "\\xf0\\x8f\\xbf\\xbf");
+  EXPECT_EQ(EscapedText("\xef\xbf\xbe\xef\xbf\xbd", true), "\\xef\\xbf\\xbe\xef\xbf\xbd");
+  EXPECT_EQ(EscapedText("a\tb\x01", true), "a\tb\\x01");
+  EXPECT_EQ(EscapedText("a\tb", false), "a\\x09b");
+}
+
+// Seeded fuzzing of every string that reaches junit.xml (suite name, recipe path, baseline,
+// check names, summaries, details, first divergent operations): arbitrary bytes, each file
+// well-formed, free of what XML 1.0 forbids, and valid against tests/data/junit.xsd.
+TEST(ReportOutput, ArbitraryBytesInEveryJunitStringStayValidXml) {
+  std::mt19937_64 random(20261207);
+  auto bytes = [&](size_t most) {
+    std::string text(random() % (most + 1), '\0');
+    for (char& c : text) c = static_cast<char>(random() % 256);
+    return text;
+  };
+  testing::TempDir dir;
+  for (int document = 0; document < 20; ++document) {
+    RunReport report = MakeReport(Scenario::kLossAndCrash);
+    report.name = bytes(24);
+    report.recipe_path = bytes(40);
+    report.baseline = bytes(12);
+    for (CheckResult& check : report.checks) {
+      check.name = bytes(30);
+      check.summary = bytes(60);
+      check.details = bytes(80);
+      check.first_divergent_operations = std::vector<std::string>{bytes(40), bytes(40)};
+    }
+    const std::string xml = JunitReport({report});
+    EXPECT_TRUE(XmlSafe(xml)) << "document " << document << ":\n" << xml;
+    const std::string path = dir.Write("junit" + std::to_string(document) + ".xml", xml);
+    testing::ExpectValidJunit(path);
+  }
 }
 
 // NaN and infinities are shown as what they are: report.json writes them as "NaN", "Infinity"

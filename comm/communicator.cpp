@@ -10,17 +10,16 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
-#include <random>
 #include <string>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "comm/run_identity.h"
 #include "core/cuda_streams.h"
 #include "core/cuda_support.h"
 #include "core/errors.h"
-#include "core/temporary_mark.h"
 
 namespace bitparity {
 
@@ -248,31 +247,6 @@ std::shared_ptr<Communicator> Communicator::Connect(const RankContext& context, 
   }
   return Join(store, context, device, timeout);
 }
-
-namespace {
-
-// Rank 0 draws the run's identity and every rank reads it from the store. Under torchrun the
-// agent's store outlives a restart, so the key names the elastic run and its restart.
-std::string ShareRunIdentity(c10d::Store& store, const RankContext& context) {
-  auto variable = [](const char* name) {
-    const char* value = std::getenv(name);
-    return std::string(value != nullptr ? value : "");
-  };
-  const std::string key = "run_identity/" + variable("TORCHELASTIC_RUN_ID") + "/" +
-                          variable("TORCHELASTIC_RESTART_COUNT");
-  if (context.rank == 0) {
-    std::random_device entropy;
-    const uint64_t bits = (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
-    char drawn[24];
-    std::snprintf(drawn, sizeof(drawn), "%016llx", static_cast<unsigned long long>(bits));
-    const std::string identity = ThisProcessMark() + "-" + drawn;
-    store.set(key, std::vector<uint8_t>(identity.begin(), identity.end()));
-  }
-  const std::vector<uint8_t> value = store.get(key);
-  return std::string(value.begin(), value.end());
-}
-
-}  // namespace
 
 std::shared_ptr<Communicator> Communicator::Join(const c10::intrusive_ptr<c10d::Store>& store,
                                                  const RankContext& context, DeviceKind device,

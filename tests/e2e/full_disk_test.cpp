@@ -14,6 +14,7 @@
 #include <string>
 
 #include "comm/rank_protocol.h"
+#include "config/recipe.h"
 #include "core/errors.h"
 #include "harness/process.h"
 #include "tests/support/recipe_builder.h"
@@ -71,6 +72,7 @@ void WriteTwoRankParts(const std::string& folder) {
   for (int64_t r = 0; r < 2; ++r) {
     Trace part;
     part.attributes = {{trace_keys::kRecipe, "synthetic"},
+                       {trace_keys::kRecipeDigest, RecipeDigest("synthetic")},
                        {trace_keys::kArm, "reference"},
                        {trace_keys::kWorldSize, "2"}};
     part.ranks.push_back(whole.ranks[static_cast<size_t>(r)]);
@@ -168,6 +170,36 @@ TEST_F(FullDiskTest, MergeKeepsThePreviousTraceWhenTheNewOneDoesNotFit) {
   EXPECT_EQ(merge.output.find("signal"), std::string::npos) << merge.output;
   EXPECT_EQ(testing::ReadFile(copy + "/merged.h5"), previous_bytes);
   ExpectOnlyWholeFiles(copy);
+}
+
+// An output folder on a read-only file system is bad input for every command that writes one:
+// exit 2 naming the path, before any training, nothing written.
+TEST_F(FullDiskTest, ReadOnlyOutputIsBadInputForEveryCommand) {
+  const std::string recipe = dir_.Write("small.toml", RecipeToml());
+  WriteTwoRankParts(dir_.File("parts"));
+  const std::string disk = dir_.File("disk");
+  const std::string bitparity = "\"$BITPARITY\" ";
+  testing::CommandResult r = RunOnSmallDisk(
+      disk, "64k",
+      bitparity + "run '" + recipe + "' --out '" + disk +
+          "/run' --no-golden --quiet; echo run=$?\n" + bitparity + "arm '" + recipe +
+          "' --arm reference --out '" + disk + "/arm.h5' --quiet; echo arm=$?\n" + bitparity +
+          "arm '" + recipe + "' --arm reference --out '" + dir_.File("arm.h5") + "' --log-dir '" +
+          disk + "/logs' --quiet; echo logs=$?\n" + bitparity + "merge '" + dir_.File("parts") +
+          "' --out '" + disk + "/merged.h5'; echo merge=$?",
+      dir_.File("copy"), "mount -o remount,ro '" + disk + "' || exit 97");
+  for (const char* code : {"run=2", "arm=2", "logs=2", "merge=2"}) {
+    EXPECT_NE(r.output.find(code), std::string::npos) << code << "\n" << r.output;
+  }
+  EXPECT_NE(r.output.find("--out " + disk + "/arm.h5: cannot write in " + disk +
+                          ": Read-only file system"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("the log directory " + disk + "/logs: cannot write in " + disk),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir_.File("arm.h5")));
+  EXPECT_TRUE(fs::is_empty(dir_.File("copy")));
 }
 
 // Runs `command` (a shell command line; $BITPARITY is the binary) under a file-size limit of

@@ -11,11 +11,6 @@
 
 namespace bitparity {
 
-std::string HexDigest(uint64_t digest) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "0x%016" PRIx64, digest);
-  return buffer;
-}
 namespace {
 
 std::string Float(double v) {

@@ -12,12 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include "trace/digest.h"  // HexDigest, which the comparisons' sentences use
 #include "trace/trace.h"
 
 namespace bitparity {
-
-// A digest as the reports print it: "0x" and 16 hex digits.
-std::string HexDigest(uint64_t digest);
 
 // Element-level comparison of one tensor present in both traces.
 struct TensorComparison {

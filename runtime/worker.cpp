@@ -26,6 +26,7 @@
 #include "runtime/debug_switches.h"
 #include "runtime/memory_model.h"
 #include "runtime/trainer.h"
+#include "trace/digest.h"
 #include "trace/node_probes.h"
 #include "trace/trace.h"
 #include "trace/trace_keys.h"
@@ -185,9 +186,7 @@ void Resume(const std::string& folder, Trainer* trainer, RankTrace* rank) {
   rank->attributes[trace_keys::kResumedAfterIteration] = std::to_string(after);
   std::string digests;
   for (uint64_t digest : trainer->MasterDigests()) {
-    char hex[24];
-    std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(digest));
-    digests += (digests.empty() ? "" : ",") + std::string(hex);
+    digests += (digests.empty() ? "" : ",") + HexDigest(digest);
   }
   rank->attributes[trace_keys::kResumedParameterDigests] = digests;
   std::printf("resumed after iteration %lld from %s in %.3f s\n", static_cast<long long>(after),

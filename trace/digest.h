@@ -5,10 +5,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace bitparity {
 
 uint64_t Digest(const void* data, size_t bytes);
+
+// A digest as reports, traces' attributes and logs write it: "0x" and 16 hex digits.
+std::string HexDigest(uint64_t digest);
 
 }  // namespace bitparity
 

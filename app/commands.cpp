@@ -1,8 +1,13 @@
 #include "app/commands.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -68,6 +73,29 @@ void PrintCpuLevels(const std::set<std::string>& flags) {
   }
 }
 
+// The address space this process maps now (/proc/self/status VmSize), in bytes; -1 unknown.
+int64_t MappedAddressSpaceBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmSize:", 0) == 0) return std::stoll(line.substr(7)) * 1024;  // "N kB"
+  }
+  return -1;
+}
+
+// What `ulimit -v` must allow: the libraries (LibTorch with its CUDA libraries on a GPU-enabled
+// build) map most of it before main, in bitparity and in every rank process alike.
+void PrintAddressSpace() {
+  const int64_t mapped = MappedAddressSpaceBytes();
+  if (mapped < 0) return;
+  char line[160];
+  std::snprintf(line, sizeof(line),
+                "Address:     %.2f GiB mapped after loading the libraries (each rank maps as "
+                "much): `ulimit -v` must allow it and the training's memory\n",
+                static_cast<double>(mapped) / (1 << 30));
+  std::cout << line;
+}
+
 }  // namespace
 
 // What this build is and what this machine gives it: the facts that decide a run's bits and
@@ -83,6 +111,7 @@ int Info() {
             << RelevantCpuFlags(flags)
             << "]; ATen's kernels unpinned: " << p.at("aten_cpu_capability") << "\n";
   PrintCpuLevels(flags);
+  PrintAddressSpace();  // before any CUDA call maps more
   if (!cuda::Compiled()) {
     std::cout << "GPU path:    not built (LibTorch without CUDA, or -DBITPARITY_CUDA=OFF)\n";
     return kExitPass;
@@ -183,7 +212,21 @@ namespace {
 
 // --out of `bitparity arm`: its folder made; never a folder, an input, or a file that is not a
 // trace (a recipe, a report, anything else a typo could name), which the trace would replace.
-void CheckArmOutput(const std::string& path, const Recipe& recipe) {
+// InputError naming `what` unless `folder` (or, when it does not exist yet, the nearest folder
+// above it, where it would be made) can be written.
+void RequireWritableFolder(const fs::path& folder, const std::string& what) {
+  std::error_code ec;
+  fs::path existing = fs::absolute(folder, ec);
+  while (!fs::exists(existing, ec) && existing.has_parent_path() &&
+         existing.parent_path() != existing) {
+    existing = existing.parent_path();
+  }
+  if (::access(existing.c_str(), W_OK) != 0) {
+    throw InputError(what + ": cannot write in " + existing.string() + ": " + std::strerror(errno));
+  }
+}
+
+void CheckArmOutput(const std::string& path, const std::string& log_dir, const Recipe& recipe) {
   fs::path out(path);
   if (out.has_parent_path() && !fs::is_directory(out.parent_path())) {
     std::error_code ec;
@@ -207,6 +250,10 @@ void CheckArmOutput(const std::string& path, const Recipe& recipe) {
                        "or name another file)");
     }
   }
+  // A folder the user named that cannot take the trace or the logs is bad input, as `run --out`
+  // treats it, found before any rank starts.
+  RequireWritableFolder(out.has_parent_path() ? out.parent_path() : fs::path("."), "--out " + path);
+  RequireWritableFolder(log_dir, "the log directory " + log_dir);
 }
 
 // The checkpoint options of `bitparity arm` into the ranks' request, as absolute paths (the
@@ -259,14 +306,15 @@ int RunArm(const ArmOptions& o, const std::string& command_line) {
   }
   const ArmConfig& arm = recipe.arm(arm_name);  // InputError if unknown
   CheckEnvironmentSwitchesApply({&recipe, {arm.engine}, !o.checkpoint_at.empty()});
-  CheckArmOutput(o.out, recipe);
+  const std::string log_dir = o.log_dir.empty() ? o.out + ".logs" : o.log_dir;
+  CheckArmOutput(o.out, log_dir, recipe);
   LaunchOptions launch;
   launch.executable = SelfExecutable();
   launch.worker.recipe_path = recipe.path;
   launch.recipe_text = recipe.text;
   launch.worker.arm = arm_name;
   launch.trace_path = o.out;
-  launch.log_dir = o.log_dir.empty() ? o.out + ".logs" : o.log_dir;
+  launch.log_dir = log_dir;
   launch.world_size = recipe.world_size();
   launch.timeout_seconds = recipe.parallel.timeout_seconds;
   launch.trace_attributes[trace_keys::kCommandLine] = command_line;
@@ -354,6 +402,8 @@ int Timeline(const std::string& path, int64_t rank, int64_t iteration, bool csv)
 }
 
 int Merge(const std::string& parts_dir, const std::string& out) {
+  RequireWritableFolder(fs::path(out).has_parent_path() ? fs::path(out).parent_path() : ".",
+                        "--out " + out);
   // Parts come from outside: each is read in a child process, so that a crafted one is bad input.
   Trace merged = MergeTraceParts(
       parts_dir, [](const std::string& path) { return ReadTraceIsolated(path, false); });

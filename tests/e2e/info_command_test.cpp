@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <string>
 
 #include "tests/support/test_support.h"
@@ -17,6 +18,11 @@ TEST(InfoCommand, NamesLibTorchBlasAndTheGpuPath) {
   EXPECT_NE(info.output.find("LibTorch:    2."), std::string::npos) << info.output;
   EXPECT_NE(info.output.find("BLAS:        mkl "), std::string::npos) << info.output;
   EXPECT_NE(info.output.find("; oneDNN "), std::string::npos) << info.output;
+  // What `ulimit -v` must allow: the address space the libraries map (README, Quick start).
+  EXPECT_TRUE(std::regex_search(info.output,
+                                std::regex("\nAddress: +[0-9]+\\.[0-9]{2} GiB mapped after loading "
+                                           "the libraries \\(each rank maps as much\\)")))
+      << info.output;
   EXPECT_NE(info.output.find("[parallel] cpu_isa (default avx2) pins, in every rank:"),
             std::string::npos)
       << info.output;

@@ -52,6 +52,8 @@ int RunWorkerCommand(int argc, char** argv) {
                  "Stop after this iteration (0: run them all)");
   app.add_flag(kWorkerFlagMemoryTimeline, request.memory_timeline,
                "Record live bytes at every phase mark");
+  app.add_flag(kWorkerFlagCheckSwitches, request.check_switches_only,
+               "Only check the developer switches against this rank's model; train nothing");
   app.add_flag(kWorkerFlagProbes, request.probes,
                "Record node probes whatever the recipe's [trace] probes says");
   app.add_option(kWorkerFlagThreads, request.threads,

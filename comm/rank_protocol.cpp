@@ -61,6 +61,7 @@ std::vector<std::string> WorkerArguments(const WorkerRequest& request) {
     args.insert(args.end(), {kWorkerFlagStopAfter, std::to_string(request.stop_after)});
   }
   if (request.memory_timeline) args.push_back(kWorkerFlagMemoryTimeline);
+  if (request.check_switches_only) args.push_back(kWorkerFlagCheckSwitches);
   if (request.probes) args.push_back(kWorkerFlagProbes);
   if (request.threads > 0) {
     args.insert(args.end(), {kWorkerFlagThreads, std::to_string(request.threads)});

@@ -32,6 +32,7 @@ inline constexpr char kWorkerFlagDeterministicAlgorithms[] = "--deterministic-al
 inline constexpr char kWorkerFlagCheckpointAt[] = "--checkpoint-at";
 inline constexpr char kWorkerFlagCheckpointDir[] = "--checkpoint-dir";
 inline constexpr char kWorkerFlagResumeFrom[] = "--resume-from";
+inline constexpr char kWorkerFlagCheckSwitches[] = "--check-switches";
 
 // Variables the harness sets for a rank (the world's own, RANK, WORLD_SIZE, MASTER_ADDR, ..., are
 // torchrun's and Slurm's; see comm/rank_context.h).
@@ -79,6 +80,9 @@ struct WorkerRequest {
   std::vector<int64_t> checkpoint_at;
   std::string checkpoint_dir;
   std::string resume_from;
+  // Build the model, check the developer switches against it (a perturbation's parameter and
+  // element on the rank it targets), and exit without training or writing a part.
+  bool check_switches_only = false;
 };
 
 // The arguments that start a rank process for `request`, after the executable:

@@ -234,6 +234,7 @@ class RankGroupRun {
     bool any_failed = false;
     for (const RankStatus& s : status_) any_failed |= s.failed() || s.ended_by_launcher;
     if (timed_out || any_failed) return Failed(timed_out);
+    if (!options_.merge_trace) return result_;  // exit_code 0: every rank did what it was asked
     return Merged();
   }
 

@@ -39,6 +39,9 @@ struct LaunchOptions {
   std::vector<std::pair<std::string, std::string>> environment;  // extra variables for ranks
   std::map<std::string, std::string> trace_attributes;           // added to the merged trace
   std::function<void(const ProgressEvent&)> on_progress;         // rank 0's progress lines
+  // False for ranks that write no part (worker.check_switches_only): success is every rank
+  // exiting 0, and the result holds no trace.
+  bool merge_trace = true;
 };
 
 struct LaunchResult {

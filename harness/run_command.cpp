@@ -29,6 +29,7 @@
 #include "harness/localizer.h"
 #include "harness/output_folder.h"
 #include "harness/output_lock.h"
+#include "harness/perturbation_check.h"
 #include "harness/report.h"
 #include "harness/resources.h"
 #include "harness/restart_replay.h"
@@ -234,6 +235,7 @@ class RecipeRun {
     std::vector<Perturbation> perturbations =
         ParsePerturbations(options_.perturb, arms_, options_.repeats);
     CheckSwitchesApply(perturbations);
+    CheckPerturbationTargets(recipe_, arms_, perturbations);
     fingerprint_ = BaselineFingerprint();
     std::error_code ec;
     if (fs::exists(goldens_.dir(), ec) && !fs::is_directory(goldens_.dir(), ec)) {

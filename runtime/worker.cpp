@@ -267,6 +267,7 @@ int Run(const WorkerRequest& request) {
 
   Trainer trainer(recipe, arm, layout, comm, switches.bugs);
   trainer.set_perturbation(switches.perturbation);
+  if (request.check_switches_only) return kExitPass;  // the model took the switches: no part
   for (const std::string& w : trainer.warnings()) std::cerr << "warning: " << w << "\n";
   const std::map<std::string, std::string> model_attributes =
       ModelAttributes(trainer, recipe, arm, layout, comm->device());

@@ -406,10 +406,10 @@ TEST_F(SmallRecipeTest, AnInterruptDuringLocalizingRerunsIsAnInterrupt) {
   EXPECT_TRUE(testing::ProcessesMentioning(long_recipe).empty());
 }
 
-// A developer switch that cannot apply is bad input before any rank starts: exit 2, the switch
+// A developer switch that cannot apply is bad input before any rank trains: exit 2, the switch
 // and the reason named, no output folder. What only the target rank can tell (its parameters)
-// is refused by that rank before training: exit 2 too, not a crash of its peers.
-TEST_F(SmallRecipeTest, DeveloperSwitchesThatCannotApplyAreRefusedBeforeAnyRankStarts) {
+// it tells when the arm's ranks start once to check the switches against their model.
+TEST_F(SmallRecipeTest, DeveloperSwitchesThatCannotApplyAreRefusedBeforeAnyTraining) {
   struct Case {
     std::vector<std::string> args;
     std::vector<std::pair<std::string, std::string>> env;
@@ -448,8 +448,11 @@ TEST_F(SmallRecipeTest, DeveloperSwitchesThatCannotApplyAreRefusedBeforeAnyRankS
             "rank 0 has no parameter named 'no.such.weight'"}}) {
     testing::CommandResult r = Run("target", {"--perturb", spec});
     EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("error: --perturb '" + spec + "' cannot apply to arm 'overlap': rank"),
+              std::string::npos)
+        << r.output;
     EXPECT_NE(r.output.find(message), std::string::npos) << message << "\n" << r.output;
-    EXPECT_FALSE(fs::exists(dir_.File("target/report.json"))) << r.output;
+    EXPECT_FALSE(fs::exists(dir_.File("target"))) << r.output;
   }
 }
 

@@ -49,7 +49,9 @@ void CheckArm(const Recipe& recipe, const std::string& arm, const std::string& s
   launch.merge_trace = false;
   if (!spec.empty()) launch.environment.push_back({kPerturbVariable, spec});
   const LaunchResult result = LaunchArm(launch);
-  if (result.exit_code == kExitPass) return;
+  // Interrupted (128 + the signal): the runs that follow see the signal and report it, as an
+  // interrupt at any other point of `run` is reported.
+  if (result.exit_code == kExitPass || result.exit_code > 128) return;
   const std::string said = FirstLine(result.failure);
   if (result.exit_code == kExitBadInput) {
     throw InputError(source + " cannot apply to arm '" + arm + "': " + said);

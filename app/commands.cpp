@@ -210,8 +210,6 @@ int Validate(const std::string& path) {
 
 namespace {
 
-// --out of `bitparity arm`: its folder made; never a folder, an input, or a file that is not a
-// trace (a recipe, a report, anything else a typo could name), which the trace would replace.
 // InputError naming `what` unless `folder` (or, when it does not exist yet, the nearest folder
 // above it, where it would be made) can be written.
 void RequireWritableFolder(const fs::path& folder, const std::string& what) {
@@ -226,6 +224,9 @@ void RequireWritableFolder(const fs::path& folder, const std::string& what) {
   }
 }
 
+// --out of `bitparity arm`: its folder made; never a folder, an input, or a file that is not a
+// trace (a recipe, a report, anything else a typo could name), which the trace would replace;
+// and its folder and `log_dir` writable, before any rank starts.
 void CheckArmOutput(const std::string& path, const std::string& log_dir, const Recipe& recipe) {
   fs::path out(path);
   if (out.has_parent_path() && !fs::is_directory(out.parent_path())) {

@@ -213,10 +213,13 @@ TEST(TokenDispatch, EachDispatchExchangesItsCountsOnceAndTheTimeIsCountedApart) 
   });
   EXPECT_EQ(received[0], (std::vector<int64_t>{0, 1, 10, 11}));
   EXPECT_EQ(received[1], (std::vector<int64_t>{2, 3, 12, 13}));
+  // Counted apart: the exchanges' host wall time is its own figure. It is not compared with the
+  // exposed all-to-all time, which covers only the transfers' own intervals (the wall time also
+  // holds the counts' tensor staging, so a preempted thread makes it the larger by any amount).
   for (const CommStats& s : stats) {
     EXPECT_EQ(s.count_exchanges, 2);
     EXPECT_GT(s.count_exchange_seconds, 0);
-    EXPECT_LE(s.count_exchange_seconds, s.exposed_seconds + 1e-3);
+    EXPECT_GT(s.exposed_seconds, 0);
   }
 }
 

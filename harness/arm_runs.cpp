@@ -93,23 +93,28 @@ Environment ArmRuns::EnvironmentFor(const std::string& arm, int64_t index) const
   return env;
 }
 
-LaunchOptions ArmRuns::Launch(const std::string& arm, const std::string& trace,
-                              const Environment& env) const {
+LaunchOptions ArmLaunch(const Recipe& recipe, const std::string& arm, const std::string& trace) {
   LaunchOptions launch;
   launch.executable = SelfExecutable();
-  if (const ArmConfig& config = recipe_.arm(arm); config.engine == EngineKind::kExternal) {
-    launch.external = ResolveExternalCommand(recipe_, config);
+  if (const ArmConfig& config = recipe.arm(arm); config.engine == EngineKind::kExternal) {
+    launch.external = ResolveExternalCommand(recipe, config);
     // A built-in rank pins its environment itself; an external one gets it before its first
     // LibTorch call (and a rerun's own variables after it).
-    launch.environment = ExternalLibrarySettings(recipe_);
+    launch.environment = ExternalLibrarySettings(recipe);
   }
-  launch.worker.recipe_path = recipe_.path;
-  launch.recipe_text = recipe_.text;
+  launch.worker.recipe_path = recipe.path;
+  launch.recipe_text = recipe.text;
   launch.worker.arm = arm;
   launch.trace_path = trace;
   launch.log_dir = (fs::path(trace).parent_path() / "logs").string();
-  launch.world_size = recipe_.world_size();
-  launch.timeout_seconds = recipe_.parallel.timeout_seconds;
+  launch.world_size = recipe.world_size();
+  launch.timeout_seconds = recipe.parallel.timeout_seconds;
+  return launch;
+}
+
+LaunchOptions ArmRuns::Launch(const std::string& arm, const std::string& trace,
+                              const Environment& env) const {
+  LaunchOptions launch = ArmLaunch(recipe_, arm, trace);
   launch.environment.insert(launch.environment.end(), env.begin(), env.end());
   launch.worker.memory_timeline = options_.memory_timeline;
   launch.worker.probes = probes_;

@@ -42,6 +42,11 @@ struct Perturbation {
   GradPerturbation parsed;  // the spec
 };
 
+// How `arm` of `recipe` is launched, its trace at `trace` and its logs in logs/ beside it: the
+// executable (or an external arm's program and its pinned settings), the recipe text, the world
+// and the timeout. Callers add what their run asks for.
+LaunchOptions ArmLaunch(const Recipe& recipe, const std::string& arm, const std::string& trace);
+
 // Throws InputError naming the argument when one is malformed (its spec too) or names an arm not
 // in `arms` or a run outside 1..repeats.
 std::vector<Perturbation> ParsePerturbations(const std::vector<std::string>& texts,

@@ -36,16 +36,8 @@ class CheckFolder {
 // InputError with the first failing rank's words when one refuses its input.
 void CheckArm(const Recipe& recipe, const std::string& arm, const std::string& spec,
               const std::string& source, const fs::path& folder) {
-  LaunchOptions launch;
-  launch.executable = SelfExecutable();
-  launch.worker.recipe_path = recipe.path;
-  launch.recipe_text = recipe.text;
-  launch.worker.arm = arm;
+  LaunchOptions launch = ArmLaunch(recipe, arm, (folder / arm / "trace.h5").string());
   launch.worker.check_switches_only = true;
-  launch.trace_path = (folder / (arm + ".h5")).string();
-  launch.log_dir = (folder / (arm + ".logs")).string();
-  launch.world_size = recipe.world_size();
-  launch.timeout_seconds = recipe.parallel.timeout_seconds;
   launch.merge_trace = false;
   if (!spec.empty()) launch.environment.push_back({kPerturbVariable, spec});
   const LaunchResult result = LaunchArm(launch);
